@@ -1,0 +1,38 @@
+# leasestar: `make run` to try it, `make test` to check it. Everything installs itself
+# into .venv on first use.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-stamp
+LINTED := app seed tests benchmarks
+
+.PHONY: install run test lint format bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+## Serve the API on http://127.0.0.1:8000 from ./leasestar.db (created with demo data
+## on first run), printing a fresh demo token and a curl line.
+run: install
+	$(BIN)/leasestar serve --demo-token
+
+## Lint, type-check and run the whole test suite.
+test: lint
+	$(BIN)/python -m pytest
+
+lint: install
+	$(BIN)/ruff check $(LINTED)
+	$(BIN)/ruff format --check $(LINTED)
+	$(BIN)/mypy
+
+format: install
+	$(BIN)/ruff format $(LINTED)
+	$(BIN)/ruff check --fix $(LINTED)
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -1,0 +1,163 @@
+"""HTTP routes of the applicant resource: thin handlers over `query` and `storage`.
+
+The handlers parse the raw query string themselves (see `query.py`) rather than
+through Litestar's signature parameters, because the contract's rules differ from a
+typed parameter's: an empty value means absent, repeated and unknown parameters are
+refused, and every refusal names its rule. The OpenAPI parameters are generated from
+the same table the parser uses, so the documentation is still exact.
+
+Responses are assembled from JSON already stored in the database; the handlers still
+declare the typed envelope so the OpenAPI document shows what is served.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Annotated, Any
+from urllib.parse import parse_qsl
+
+import msgspec
+from litestar import Controller, MediaType, Request, Response, get
+from litestar.datastructures import State
+from litestar.exceptions import NotFoundException
+from litestar.openapi.datastructures import ResponseSpec
+from litestar.openapi.spec import OpenAPIType, Operation, Parameter, Schema
+from litestar.params import PathParameter
+
+from app.applicants.query import (
+    PARAMETERS,
+    ApplicantQuery,
+    QueryParameterSpec,
+    parse_list_query,
+    parse_record_query,
+)
+from app.applicants.records import ApplicantList, ApplicantSingle, PageMeta
+from app.applicants.storage import ApplicantReader
+from app.auth import TokenHolder
+from app.errors import ErrorBody, InvalidParameter
+
+_meta_encoder = msgspec.json.Encoder()
+_JSON = MediaType.JSON
+ERROR_RESPONSES = {
+    400: ResponseSpec(ErrorBody, description="A query parameter broke its rule."),
+    401: ResponseSpec(ErrorBody, description="Missing, malformed, unknown or revoked token."),
+    404: ResponseSpec(ErrorBody, description="No such applicant (or outside the token's scope)."),
+    429: ResponseSpec(ErrorBody, description="Rate limit exceeded."),
+}
+
+
+def _openapi_parameter(spec: QueryParameterSpec) -> Parameter:
+    schema = dict(spec.schema)
+    return Parameter(
+        name=spec.name,
+        param_in="query",
+        required=False,
+        description=spec.description,
+        schema=Schema(type=OpenAPIType(schema.pop("type")), **schema),
+        example=spec.example,
+    )
+
+
+def _operation_with(specs: tuple[QueryParameterSpec, ...]) -> type[Operation]:
+    parameters = [_openapi_parameter(spec) for spec in specs]
+
+    @dataclass
+    class DocumentedOperation(Operation):
+        def __post_init__(self) -> None:
+            self.parameters = [*(self.parameters or []), *parameters]
+
+    return DocumentedOperation
+
+
+@lru_cache(maxsize=4096)
+def _query_pairs(raw: bytes) -> tuple[tuple[str, str], ...]:
+    """Decode a raw query string strictly: invalid UTF-8 is a 400, not mojibake."""
+    try:
+        return tuple(parse_qsl(raw.decode("ascii"), keep_blank_values=True, errors="strict"))
+    except UnicodeError:
+        raise InvalidParameter(
+            "query", raw.decode("latin-1"), "the query string must be percent-encoded UTF-8"
+        ) from None
+
+
+def _meta(query: ApplicantQuery, *, has_more: bool, total: int) -> bytes:
+    return _meta_encoder.encode(
+        PageMeta(
+            offset=query.offset,
+            limit=query.limit,
+            order_by=list(query.order_by),
+            has_more=has_more,
+            total=total,
+        )
+    )
+
+
+def _scope(request: Request[TokenHolder, Any, State]) -> frozenset[str] | None:
+    return request.user.integrations
+
+
+class ApplicantController(Controller):
+    """`/v1/applicants`: the list and the single record."""
+
+    path = "/v1/applicants"
+    tags = ["applicants"]  # noqa: RUF012 - Litestar reads this class attribute as declared
+    responses = ERROR_RESPONSES
+
+    @get(
+        "/",
+        operation_id="listApplicants",
+        summary="List applicants",
+        operation_class=_operation_with(PARAMETERS),
+        media_type=_JSON,
+    )
+    async def list_applicants(
+        self, request: Request[TokenHolder, Any, State]
+    ) -> Response[ApplicantList]:
+        """Applicants matching the filters and the token's scope, one page at a time."""
+        query = parse_list_query(_query_pairs(request.scope["query_string"]))
+        reader: ApplicantReader = request.app.state.reader
+        page = await reader.fetch_page(query, _scope(request))
+        body = b"".join(
+            (
+                b'{"meta":',
+                _meta(
+                    query,
+                    has_more=query.offset + page.returned < page.total,
+                    total=page.total,
+                ),
+                b',"results":[',
+                page.results_json.encode(),
+                b"]}",
+            )
+        )
+        return Response(content=body, media_type=_JSON)  # type: ignore[arg-type]
+
+    @get(
+        "/{id:str}",
+        operation_id="getApplicant",
+        summary="Get an applicant by id",
+        operation_class=_operation_with(tuple(p for p in PARAMETERS if not p.list_only)),
+        media_type=_JSON,
+    )
+    async def get_applicant(
+        self,
+        request: Request[TokenHolder, Any, State],
+        id: Annotated[str, PathParameter(description="The service's id of the applicant.")],
+    ) -> Response[ApplicantSingle]:
+        """One applicant; 404 when unknown, outside the token's scope or the date bounds."""
+        query = parse_record_query(_query_pairs(request.scope["query_string"]))
+        reader: ApplicantReader = request.app.state.reader
+        record = await reader.fetch_one(id, query, _scope(request))
+        if record is None:
+            raise NotFoundException()
+        body = b"".join(
+            (
+                b'{"meta":',
+                _meta(query, has_more=False, total=1),
+                b',"results":',
+                record.encode(),
+                b"}",
+            )
+        )
+        return Response(content=body, media_type=_JSON)  # type: ignore[arg-type]

@@ -1,0 +1,312 @@
+"""From query string to SQL: parse the parameters, then build WHERE and ORDER BY.
+
+Data flows one way: the raw query (a multi-dict) is parsed into an `ApplicantQuery`
+Struct, and the SQL is built from that Struct alone. SQL identifiers come only from
+`SORTABLE_FIELDS`; every value is a bound parameter.
+
+The parameter table `PARAMETERS` is the one source of both the parser's rules and the
+OpenAPI description, so the document cannot drift from the behaviour.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import msgspec
+
+from app.applicants.records import SortKey
+from app.errors import InvalidParameter
+from app.instants import INSTANT_RULE, parse_instant
+
+MAX_LIMIT: Final = 250
+DEFAULT_LIMIT: Final = 100
+MAX_OFFSET: Final = 2**63 - 1
+MAX_ORDER_KEYS: Final = 4
+
+# API field name -> SQL column. The only identifiers that ever reach ORDER BY.
+SORTABLE_FIELDS: Final[Mapping[str, str]] = {
+    name: name
+    for name in (
+        "id",
+        "created_at",
+        "updated_at",
+        "last_seen",
+        "x_id",
+        "x_property_id",
+        "property_id",
+        "integration_id",
+        "integration_vendor",
+        "first_name",
+        "middle_name",
+        "last_name",
+        "email_1",
+        "date_of_birth",
+        "city",
+        "state",
+        "zip",
+    )
+}
+DEFAULT_ORDER: Final = (SortKey("created_at", "desc"),)
+
+# Equality filters of the list route: parameter -> column.
+EQUALITY_FILTERS: Final[Mapping[str, str]] = {
+    "integration_id": "integration_id",
+    "integration_vendor": "integration_vendor",
+    "property_id": "property_id",
+    "x_property_id": "x_property_id",
+    "x_id": "x_id",
+}
+DATE_BOUNDS: Final[Mapping[str, tuple[str, str]]] = {
+    "updated_at_gte": ("updated_at", ">="),
+    "updated_at_lte": ("updated_at", "<="),
+    "last_seen_gte": ("last_seen", ">="),
+    "last_seen_lte": ("last_seen", "<="),
+}
+
+_INTEGER = re.compile(r"[0-9]+")
+_PHONE = re.compile(r"[0-9]{10}")
+_ORDER_KEY = re.compile(r"(?P<field>[A-Za-z0-9_]+)(?::(?P<direction>[A-Za-z]+))?")
+
+
+class ApplicantQuery(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+    """A validated query: everything the storage layer needs, nothing HTTP."""
+
+    offset: int = 0
+    limit: int = DEFAULT_LIMIT
+    order_by: tuple[SortKey, ...] = DEFAULT_ORDER
+    # Date bounds, in UTC microseconds since the epoch.
+    updated_at_gte: int | None = None
+    updated_at_lte: int | None = None
+    last_seen_gte: int | None = None
+    last_seen_lte: int | None = None
+    # Equality filters (list route only).
+    integration_id: str | None = None
+    integration_vendor: str | None = None
+    property_id: str | None = None
+    x_property_id: str | None = None
+    x_id: str | None = None
+    email_1: str | None = None
+    phone_1: str | None = None  # exactly ten digits
+
+
+@dataclass(frozen=True, slots=True)
+class QueryParameterSpec:
+    """One query parameter: its rule for the parser and its text for OpenAPI."""
+
+    name: str
+    description: str
+    schema: dict[str, Any]
+    list_only: bool = False
+    example: str | None = field(default=None)
+
+
+_SORTABLE_LIST = ", ".join(SORTABLE_FIELDS)
+PARAMETERS: Final[tuple[QueryParameterSpec, ...]] = (
+    QueryParameterSpec(
+        "offset",
+        "Number of records skipped. Past the end: empty results, hasMore false.",
+        {"type": "integer", "minimum": 0, "maximum": MAX_OFFSET, "default": 0},
+    ),
+    QueryParameterSpec(
+        "limit",
+        f"Maximum number of records returned, 1 to {MAX_LIMIT}.",
+        {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT, "default": DEFAULT_LIMIT},
+    ),
+    QueryParameterSpec(
+        "order-by",
+        "Comma-separated `field[:asc|desc]` keys, at most 4, no field twice; direction "
+        "case-insensitive, asc when omitted. Absent: `created_at:desc`. Present but empty: "
+        "no sorting requested (records in id order, `orderBy: []`). Strings compare by code "
+        "point; nulls sort first ascending, last descending; a hidden final `id` key in the "
+        f"direction of the last key makes every order total. Sortable fields: {_SORTABLE_LIST}.",
+        {"type": "string", "default": "created_at:desc"},
+        example="last_name:asc,first_name:asc",
+    ),
+    *(
+        QueryParameterSpec(
+            name,
+            f"Keeps records whose {column} is {'at or after' if op == '>=' else 'at or before'} "
+            f"this instant (inclusive, compared to the microsecond). Accepts {INSTANT_RULE}.",
+            {"type": "string", "format": "date-time"},
+            example="2024-01-01T00:00:00Z",
+        )
+        for name, (column, op) in DATE_BOUNDS.items()
+    ),
+    *(
+        QueryParameterSpec(name, f"Exact match on {name}.", {"type": "string"}, list_only=True)
+        for name in ("integration_id", "integration_vendor", "property_id", "x_property_id")
+    ),
+    QueryParameterSpec(
+        "email_1",
+        "Exact match on email_1, ignoring ASCII case.",
+        {"type": "string"},
+        list_only=True,
+    ),
+    QueryParameterSpec(
+        "phone_1",
+        "Exactly 10 digits; matches a stored phone_1 whose digits are those 10, or those 10 "
+        "behind a leading country code 1.",
+        {"type": "string", "pattern": "^[0-9]{10}$"},
+        list_only=True,
+    ),
+    QueryParameterSpec(
+        "x_id",
+        "Exact match on the source-system id; requires integration_id and x_property_id, "
+        "because source systems reuse ids across integrations and properties.",
+        {"type": "string"},
+        list_only=True,
+    ),
+)
+LIST_PARAMETER_NAMES: Final = frozenset(spec.name for spec in PARAMETERS)
+RECORD_PARAMETER_NAMES: Final = frozenset(spec.name for spec in PARAMETERS if not spec.list_only)
+
+
+def _single_values(pairs: Iterable[tuple[str, str]], allowed: frozenset[str]) -> dict[str, str]:
+    """Reject unknown and repeated parameters; drop empty values (absent), except order-by."""
+    seen: dict[str, str] = {}
+    for name, value in pairs:
+        if name not in allowed:
+            raise InvalidParameter(name, value, f"unknown query parameter '{name}'")
+        if name in seen:
+            raise InvalidParameter(name, value, f"query parameter '{name}' is given more than once")
+        seen[name] = value
+    return {name: value for name, value in seen.items() if value != "" or name == "order-by"}
+
+
+def _integer(name: str, text: str, low: int, high: int) -> int:
+    if _INTEGER.fullmatch(text) is None or not low <= int(text) <= high:
+        raise InvalidParameter(name, text, f"{name} must be an integer between {low} and {high}")
+    return int(text)
+
+
+def parse_order_by(text: str) -> tuple[SortKey, ...]:
+    """Parse `order-by`: comma-separated `field[:asc|desc]`; empty means no sorting."""
+    if text == "":
+        return ()
+    keys: list[SortKey] = []
+    rule = (
+        "order-by must be up to 4 comma-separated keys field[:asc|desc], no field twice, "
+        f"fields from: {_SORTABLE_LIST}"
+    )
+    parts = text.split(",")
+    if len(parts) > MAX_ORDER_KEYS:
+        raise InvalidParameter("order-by", text, rule)
+    for part in parts:
+        match = _ORDER_KEY.fullmatch(part)
+        if match is None or match["field"] not in SORTABLE_FIELDS:
+            raise InvalidParameter("order-by", text, rule)
+        direction = (match["direction"] or "asc").lower()
+        if direction not in ("asc", "desc") or any(k.field == match["field"] for k in keys):
+            raise InvalidParameter("order-by", text, rule)
+        keys.append(SortKey(match["field"], "asc" if direction == "asc" else "desc"))
+    return tuple(keys)
+
+
+def _parse(values: dict[str, str]) -> ApplicantQuery:
+    fields: dict[str, Any] = {}
+    if "offset" in values:
+        fields["offset"] = _integer("offset", values["offset"], 0, MAX_OFFSET)
+    if "limit" in values:
+        fields["limit"] = _integer("limit", values["limit"], 1, MAX_LIMIT)
+    if "order-by" in values:
+        fields["order_by"] = parse_order_by(values["order-by"])
+    for name in DATE_BOUNDS:
+        if name in values:
+            try:
+                fields[name] = parse_instant(values[name])
+            except ValueError:
+                raise InvalidParameter(
+                    name, values[name], f"{name} must be {INSTANT_RULE}"
+                ) from None
+    for name in ("integration_id", "integration_vendor", "property_id", "x_property_id", "email_1"):
+        if name in values:
+            fields[name] = values[name]
+    if "phone_1" in values:
+        if _PHONE.fullmatch(values["phone_1"]) is None:
+            raise InvalidParameter(
+                "phone_1", values["phone_1"], "phone_1 must be exactly 10 digits"
+            )
+        fields["phone_1"] = values["phone_1"]
+    if "x_id" in values:
+        if "integration_id" not in values or "x_property_id" not in values:
+            raise InvalidParameter(
+                "x_id", values["x_id"], "x_id requires integration_id and x_property_id"
+            )
+        fields["x_id"] = values["x_id"]
+    return ApplicantQuery(**fields)
+
+
+def parse_list_query(pairs: Iterable[tuple[str, str]]) -> ApplicantQuery:
+    """Validate the query string of `GET /v1/applicants`."""
+    return _parse(_single_values(pairs, LIST_PARAMETER_NAMES))
+
+
+def parse_record_query(pairs: Iterable[tuple[str, str]]) -> ApplicantQuery:
+    """Validate the query string of `GET /v1/applicants/{id}` (no list-only filters)."""
+    return _parse(_single_values(pairs, RECORD_PARAMETER_NAMES))
+
+
+@dataclass(frozen=True, slots=True)
+class SqlFragment:
+    """A piece of SQL and the values bound to its placeholders."""
+
+    sql: str
+    params: tuple[Any, ...] = ()
+
+
+def build_where(query: ApplicantQuery, scope: frozenset[str] | None) -> SqlFragment:
+    """WHERE clause (possibly empty) for the filters and the token's integration scope."""
+    clauses: list[str] = []
+    params: list[Any] = []
+    for name, (column, op) in DATE_BOUNDS.items():
+        bound = getattr(query, name)
+        if bound is not None:
+            clauses.append(f"{column} {op} ?")
+            params.append(bound)
+    for name, column in EQUALITY_FILTERS.items():
+        value = getattr(query, name)
+        if value is not None:
+            clauses.append(f"{column} = ?")
+            params.append(value)
+    if query.email_1 is not None:
+        # NOCASE folds ASCII only, which is exactly the contract's rule.
+        clauses.append("email_1 = ? COLLATE NOCASE")
+        params.append(query.email_1)
+    if query.phone_1 is not None:
+        clauses.append("phone_1_digits IN (?, ?)")
+        params.extend((query.phone_1, "1" + query.phone_1))
+    if scope is not None:
+        ordered = sorted(scope)
+        clauses.append(f"integration_id IN ({', '.join('?' * len(ordered))})")
+        params.extend(ordered)
+    if not clauses:
+        return SqlFragment("")
+    return SqlFragment("WHERE " + " AND ".join(clauses), tuple(params))
+
+
+def total_order(order_by: tuple[SortKey, ...]) -> tuple[SortKey, ...]:
+    """The ordering actually run: the requested keys plus the hidden `id` tiebreak."""
+    if not order_by:
+        return (SortKey("id", "asc"),)
+    if any(key.field == "id" for key in order_by):
+        return order_by
+    return (*order_by, SortKey("id", order_by[-1].direction))
+
+
+def build_order_by(order_by: tuple[SortKey, ...]) -> str:
+    """ORDER BY clause from whitelisted columns; SQLite's null placement is the contract's."""
+    keys = total_order(order_by)
+    return "ORDER BY " + ", ".join(
+        f"{SORTABLE_FIELDS[key.field]} {key.direction.upper()}" for key in keys
+    )
+
+
+def phone_digits(phone: str | None) -> str | None:
+    """The digits of a free-form phone, as stored for the phone_1 filter."""
+    if phone is None:
+        return None
+    digits = "".join(ch for ch in phone if "0" <= ch <= "9")
+    return digits or None

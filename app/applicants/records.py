@@ -1,0 +1,217 @@
+"""The applicant record and its envelopes, as msgspec Structs.
+
+One set of Structs serves both directions: import decodes NDJSON lines into them
+(validating and normalising as it goes), and encoding them gives the canonical JSON
+that is stored in `applicants.body` and served byte for byte. Every field is always
+encoded (no `omit_defaults`): unknown values are `null`, empty arrays `[]`.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+import msgspec
+
+from app.instants import canonical_instant, is_calendar_date
+
+NonEmpty = Annotated[str, msgspec.Meta(min_length=1)]
+Int64 = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
+CustomData = dict[str, Any]
+
+# Deeper custom_data is refused: it cannot be a real source record, and unbounded
+# nesting is how a hostile file exhausts the stack of whoever reads our export.
+MAX_CUSTOM_DATA_DEPTH = 32
+
+
+def _check_custom_data(value: Any, depth: int = 0) -> None:
+    """Refuse custom_data that is too deep or holds integers beyond 64 bits."""
+    if depth > MAX_CUSTOM_DATA_DEPTH:
+        raise ValueError(f"custom_data is nested deeper than {MAX_CUSTOM_DATA_DEPTH} levels")
+    if isinstance(value, dict):
+        for item in value.values():
+            _check_custom_data(item, depth + 1)
+    elif isinstance(value, list):
+        for item in value:
+            _check_custom_data(item, depth + 1)
+    elif isinstance(value, int) and not -(2**63) <= value <= 2**63 - 1:
+        raise ValueError("custom_data holds an integer beyond 64 bits")
+
+
+def _instant_or_none(field: str, value: str | None) -> str | None:
+    if value is None:
+        return None
+    try:
+        return canonical_instant(value)
+    except ValueError as error:
+        raise ValueError(f"{field}: {error}") from None
+
+
+class Record(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, gc=False):
+    """Common options: keyword construction, unknown fields refused on import.
+
+    gc=False is safe because decoded JSON cannot form reference cycles.
+    """
+
+
+class Application(Record, kw_only=True):
+    applicant_id: str
+    application_id: str | None = None
+    status_raw: str | None = None
+    status_normalized: str | None = None
+    status: str | None = None
+    custom_data: CustomData = {}
+
+    def __post_init__(self) -> None:
+        _check_custom_data(self.custom_data)
+
+
+class Pet(Record, kw_only=True):
+    id: str | None = None
+    created_at: str | None = None
+    updated_at: str | None = None
+    last_seen: str | None = None
+    x_id: str | None = None
+    age_in_years: Annotated[int, msgspec.Meta(ge=0, le=1000)] | None = None
+    breed: str | None = None
+    color: str | None = None
+    gender_raw: str | None = None
+    is_declawed: bool | None = None
+    is_fixed: bool | None = None
+    is_service_animal: bool | None = None
+    is_trained: bool | None = None
+    is_vaccinated: bool | None = None
+    name: str | None = None
+    notes: str | None = None
+    type: str | None = None
+    weight_in_pounds: float | None = None
+    custom_data: CustomData = {}
+
+    def __post_init__(self) -> None:
+        self.created_at = _instant_or_none("created_at", self.created_at)
+        self.updated_at = _instant_or_none("updated_at", self.updated_at)
+        self.last_seen = _instant_or_none("last_seen", self.last_seen)
+        _check_custom_data(self.custom_data)
+
+
+class Screening(Record, kw_only=True):
+    id: str | None = None
+    created_at: str | None = None
+    last_seen: str | None = None
+    x_id: str | None = None
+    status_raw: str | None = None
+    screening_date: str | None = None
+
+    def __post_init__(self) -> None:
+        self.created_at = _instant_or_none("created_at", self.created_at)
+        self.last_seen = _instant_or_none("last_seen", self.last_seen)
+        self.screening_date = _instant_or_none("screening_date", self.screening_date)
+
+
+class Income(Record, kw_only=True):
+    amount_in_cents: Int64 | None = None
+    amount_raw: str | None = None
+    type_normalized: str | None = None
+    type_raw: str | None = None
+
+
+class Applicant(Record, kw_only=True):
+    """One applicant, fields in the order of the specification (section 2.3).
+
+    The four service fields (`id`, `created_at`, `updated_at`, `last_seen`) may be
+    absent on import; storage fills them (see app/applicants/ingest.py). Everything a
+    stored or served record holds is filled.
+    """
+
+    id: NonEmpty | None = None
+    created_at: str | None = None
+    updated_at: str | None = None
+    last_seen: str | None = None
+    x_id: NonEmpty
+    x_property_id: NonEmpty
+    x_lead_id: str | None = None
+    x_unit_id: str | None = None
+    x_unit_id_preferred: list[str] = []
+    x_lease_id: str | None = None
+    property_id: NonEmpty
+    unit_id_preferred: list[str] = []
+    integration_id: NonEmpty
+    integration_vendor: NonEmpty
+    first_name: str | None = None
+    middle_name: str | None = None
+    last_name: str | None = None
+    email_1: str | None = None
+    email_2: str | None = None
+    phone_1: str | None = None
+    phone_1_type: str | None = None
+    phone_2: str | None = None
+    phone_2_type: str | None = None
+    date_of_birth: str | None = None
+    address_1: str | None = None
+    address_1_alternate: str | None = None
+    address_2: str | None = None
+    address_2_alternate: str | None = None
+    city: str | None = None
+    city_alternate: str | None = None
+    state: str | None = None
+    state_alternate: str | None = None
+    zip: str | None = None
+    zip_alternate: str | None = None
+    country: str | None = None
+    country_alternate: str | None = None
+    notes: str | None = None
+    type_normalized: str | None = None
+    type_raw: str | None = None
+    custom_data: CustomData = {}
+    applications: list[Application] = []
+    pets: list[Pet] = []
+    screenings: list[Screening] = []
+    self_reported_income: list[Income] = []
+
+    def __post_init__(self) -> None:
+        self.created_at = _instant_or_none("created_at", self.created_at)
+        self.updated_at = _instant_or_none("updated_at", self.updated_at)
+        self.last_seen = _instant_or_none("last_seen", self.last_seen)
+        if self.date_of_birth is not None and not is_calendar_date(self.date_of_birth):
+            raise ValueError("date_of_birth: must be a calendar date YYYY-MM-DD")
+        for index, application in enumerate(self.applications):
+            if application.applicant_id != self.x_id:
+                raise ValueError(f"applications[{index}].applicant_id: must equal x_id")
+        _check_custom_data(self.custom_data)
+
+
+class SortKey(msgspec.Struct, frozen=True, gc=False):
+    """One key of an ordering, as echoed in `meta.orderBy`."""
+
+    field: str
+    direction: Literal["asc", "desc"]
+
+
+class PageMeta(msgspec.Struct, gc=False):
+    """The `meta` object: what was applied, and what is left."""
+
+    offset: int
+    limit: int
+    order_by: list[SortKey] = msgspec.field(name="orderBy")
+    has_more: bool = msgspec.field(name="hasMore")
+    total: int
+
+
+class ApplicantList(msgspec.Struct, gc=False):
+    """The list envelope. Documented in OpenAPI; served from pre-encoded bytes."""
+
+    meta: PageMeta
+    results: list[Applicant]
+
+
+class ApplicantSingle(msgspec.Struct, gc=False):
+    """The single-record envelope."""
+
+    meta: PageMeta
+    results: Applicant
+
+
+APPLICANT_FIELDS: tuple[str, ...] = Applicant.__struct_fields__
+SERVICE_FIELDS = ("id", "created_at", "updated_at", "last_seen")
+
+applicant_encoder = msgspec.json.Encoder()
+applicant_line_decoder = msgspec.json.Decoder(Applicant)

@@ -1,0 +1,134 @@
+"""Bearer tokens: how they are made and stored, and the middleware that checks them.
+
+A token is shown once, when it is created; the database keeps only its SHA-256. The
+token is 256 bits from `secrets`, so a plain hash (no salt, no stretching) is the
+right tool: the lookup is by hash, and nothing about a token's text can be learnt
+from which hashes exist.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import secrets
+import sqlite3
+from dataclasses import dataclass
+from typing import Any, Final
+
+from litestar.connection import ASGIConnection
+from litestar.exceptions import NotAuthorizedException
+from litestar.middleware import AbstractAuthenticationMiddleware, AuthenticationResult
+
+from app.database import ReadPool
+from app.instants import format_instant, now_micros
+
+TOKEN_PREFIX: Final = "lst_"  # noqa: S105 - a prefix that makes leaked tokens greppable, not a secret
+_BEARER = re.compile(r"[Bb][Ee][Aa][Rr][Ee][Rr] +([A-Za-z0-9._~+/=-]+) *")
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+
+
+@dataclass(frozen=True, slots=True)
+class TokenHolder:
+    """Who is calling: the token's name and the integrations it may see (None = all)."""
+
+    name: str
+    integrations: frozenset[str] | None
+
+
+@dataclass(frozen=True, slots=True)
+class TokenInfo:
+    name: str
+    created_at: str
+    revoked_at: str | None
+    integrations: tuple[str, ...] | None
+
+
+class TokenError(Exception):
+    """A token command cannot be done; the message is one line."""
+
+
+def hash_token(token: str) -> bytes:
+    return hashlib.sha256(token.encode("utf-8")).digest()
+
+
+def create_token(
+    connection: sqlite3.Connection, name: str, integrations: tuple[str, ...] = ()
+) -> str:
+    """Store a new token's hash under a unique name and return the token (shown once)."""
+    if _NAME.fullmatch(name) is None:
+        raise TokenError(
+            "token name must be 1-64 characters of letters, digits, '.', '_' or '-', "
+            "starting with a letter or digit"
+        )
+    if any(not integration for integration in integrations):
+        raise TokenError("an --integration id cannot be empty")
+    token = TOKEN_PREFIX + secrets.token_urlsafe(32)
+    scope = json.dumps(sorted(set(integrations))) if integrations else None
+    try:
+        with connection:
+            connection.execute(
+                "INSERT INTO tokens (name, token_hash, created_at, integrations) "
+                "VALUES (?, ?, ?, ?)",
+                (name, hash_token(token), now_micros(), scope),
+            )
+    except sqlite3.IntegrityError:
+        raise TokenError(f"a token named {name!r} already exists") from None
+    return token
+
+
+def list_tokens(connection: sqlite3.Connection) -> list[TokenInfo]:
+    rows = connection.execute(
+        "SELECT name, created_at, revoked_at, integrations FROM tokens ORDER BY created_at, name"
+    ).fetchall()
+    return [
+        TokenInfo(
+            name=name,
+            created_at=format_instant(created_at),
+            revoked_at=format_instant(revoked_at) if revoked_at is not None else None,
+            integrations=tuple(json.loads(scope)) if scope is not None else None,
+        )
+        for name, created_at, revoked_at, scope in rows
+    ]
+
+
+def revoke_token(connection: sqlite3.Connection, name: str) -> None:
+    with connection:
+        cursor = connection.execute(
+            "UPDATE tokens SET revoked_at = ? WHERE name = ? AND revoked_at IS NULL",
+            (now_micros(), name),
+        )
+    if cursor.rowcount == 0:
+        known = connection.execute("SELECT 1 FROM tokens WHERE name = ?", (name,)).fetchone()
+        raise TokenError(
+            f"token {name!r} is already revoked" if known else f"no token named {name!r}"
+        )
+
+
+def bearer_token(header: str | None) -> str | None:
+    """The token of an `Authorization: Bearer <token>` header; None when malformed."""
+    if not header:
+        return None
+    match = _BEARER.fullmatch(header)
+    return match[1] if match else None
+
+
+class BearerTokenMiddleware(AbstractAuthenticationMiddleware):
+    """Resolves the bearer token to a `TokenHolder`, or answers 401."""
+
+    async def authenticate_request(
+        self, connection: ASGIConnection[Any, Any, Any, Any]
+    ) -> AuthenticationResult:
+        token = bearer_token(connection.headers.get("authorization"))
+        if token is None:
+            raise NotAuthorizedException()
+        pool: ReadPool = connection.app.state.read_pool
+        async with pool.connection() as db:
+            rows = await db.execute_fetchall(
+                "SELECT name, integrations FROM tokens WHERE token_hash = ? AND revoked_at IS NULL",
+                (hash_token(token),),
+            )
+        for name, scope in rows:
+            integrations = frozenset(json.loads(scope)) if scope is not None else None
+            return AuthenticationResult(user=TokenHolder(name, integrations), auth=token)
+        raise NotAuthorizedException()

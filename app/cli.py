@@ -1,0 +1,343 @@
+"""The `leasestar` command line: serve, seed, import, export and manage tokens.
+
+Every command takes `--db PATH` (env `LEASESTAR_DB`, default `./leasestar.db`).
+Errors are one line on stderr and a non-zero exit; no command prints a trace.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import sqlite3
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import IO, Final
+
+from app import __version__
+from app.applicants.ingest import ImportRefused, export_ndjson, import_ndjson, write_records
+from app.auth import TokenError, create_token, list_tokens, revoke_token
+from app.config import DEFAULT_DB, Settings, SettingsError
+from app.database import DatabaseError, open_for_write
+
+DEMO_RECORDS: Final = 1000
+EXIT_USAGE: Final = 2
+
+
+class CommandError(Exception):
+    """A command cannot do what was asked; the message is one line."""
+
+
+class Progress:
+    """A one-line progress counter on a terminal; silent when stderr is not one."""
+
+    def __init__(self, label: str, total: int | None = None, every: int = 10_000) -> None:
+        self._label = label
+        self._total = total
+        self._every = every
+        self._start = time.monotonic()
+        self._active = sys.stderr.isatty()
+
+    def __call__(self, done: int) -> None:
+        if self._active and done % self._every == 0:
+            rate = done / max(time.monotonic() - self._start, 1e-9)
+            of = f"/{self._total:,}" if self._total else ""
+            sys.stderr.write(f"\r{self._label}: {done:,}{of} ({rate:,.0f}/s)")
+            sys.stderr.flush()
+
+    def finish(self) -> None:
+        if self._active:
+            sys.stderr.write("\r\033[K")
+            sys.stderr.flush()
+
+
+def _db_path(args: argparse.Namespace) -> Path:
+    return Path(args.db)
+
+
+def _counted(records: Iterator[object], progress: Progress) -> Iterator[object]:
+    for done, record in enumerate(records, 1):
+        progress(done)
+        yield record
+
+
+def seed_database(path: Path, count: int, seed: int) -> int:
+    """Add `count` deterministic synthetic applicants; returns how many rows were written."""
+    from seed.generator import synthetic_applicants  # only seeding needs the generator
+
+    connection = open_for_write(path)
+    try:
+        progress = Progress("seed", count)
+        records = synthetic_applicants(count, seed)
+        try:
+            counts = write_records(connection, _counted(records, progress))  # type: ignore[arg-type]
+        finally:
+            progress.finish()
+        return counts.inserted + counts.updated
+    finally:
+        connection.close()
+
+
+def _serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    path = _db_path(args)
+    created = not path.exists()
+    connection = open_for_write(path)
+    try:
+        empty = connection.execute("SELECT NOT EXISTS (SELECT 1 FROM applicants)").fetchone()[0]
+    finally:
+        connection.close()
+    if created and empty:
+        print(f"new database {path}: seeding {DEMO_RECORDS} demo applicants", file=sys.stderr)
+        seed_database(path, DEMO_RECORDS, 0)
+    if (created and empty) or args.demo_token:
+        connection = open_for_write(path)
+        try:
+            token = create_token(connection, f"demo-{time.strftime('%Y%m%d-%H%M%S')}")
+        finally:
+            connection.close()
+        host = "127.0.0.1" if args.host in ("0.0.0.0", "::") else args.host  # noqa: S104
+        print("demo token (shown once):")
+        print(f"  {token}")
+        print("try:")
+        print(
+            f"  curl -H 'Authorization: Bearer {token}' 'http://{host}:{args.port}/v1/applicants'"
+        )
+        sys.stdout.flush()
+    os.environ["LEASESTAR_DB"] = str(path)
+    uvicorn.run(
+        "app.main:create_app_from_env",
+        factory=True,
+        host=args.host,
+        port=args.port,
+        workers=args.workers,
+        log_level="info",
+        access_log=False,
+    )
+    return 0
+
+
+def _seed(args: argparse.Namespace) -> int:
+    if args.count < 1:
+        raise CommandError("--count must be at least 1")
+    written = seed_database(_db_path(args), args.count, args.seed)
+    print(f"seeded {args.count} applicants (seed {args.seed}); {written} rows written")
+    return 0
+
+
+@contextlib.contextmanager
+def _input(name: str) -> Iterator[IO[bytes]]:
+    if name == "-":
+        yield sys.stdin.buffer
+        return
+    try:
+        handle = Path(name).open("rb")  # noqa: SIM115 - closed by the context manager
+    except OSError as error:
+        raise CommandError(f"cannot read {name}: {error.strerror}") from None
+    with handle:
+        yield handle
+
+
+def _import(args: argparse.Namespace) -> int:
+    connection = open_for_write(_db_path(args))
+    progress = Progress("import")
+    try:
+        with _input(args.file) as stream:
+            report = import_ndjson(connection, stream, progress)
+    except ImportRefused as refused:
+        progress.finish()
+        report = refused.report
+        more = report.bad_lines - len(report.errors)
+        for error in report.errors:
+            print(error, file=sys.stderr)
+        if more > 0:
+            print(f"... and {more} more bad lines", file=sys.stderr)
+        print(f"import refused: {args.file}: nothing was written", file=sys.stderr)
+        return 1
+    finally:
+        progress.finish()
+        connection.close()
+    counts = report.counts
+    print(
+        f"imported {counts.seen} applicants: {counts.inserted} new, {counts.updated} updated, "
+        f"{counts.unchanged} unchanged"
+    )
+    return 0
+
+
+def _export(args: argparse.Namespace) -> int:
+    path = _db_path(args)
+    if not path.exists():
+        raise CommandError(f"database does not exist: {path}")
+    connection = open_for_write(path)
+    try:
+        if args.file in (None, "-"):
+            count = export_ndjson(connection, sys.stdout.buffer)
+            sys.stdout.buffer.flush()
+        else:
+            target = Path(args.file)
+            partial = target.with_name(target.name + ".partial")
+            try:
+                with partial.open("wb") as out:
+                    count = export_ndjson(connection, out)
+                partial.replace(target)  # never leave a half-written export under its name
+            except OSError as error:
+                partial.unlink(missing_ok=True)
+                raise CommandError(f"cannot write {args.file}: {error.strerror}") from None
+    finally:
+        connection.close()
+    print(f"exported {count} applicants", file=sys.stderr)
+    return 0
+
+
+def _token_create(args: argparse.Namespace) -> int:
+    connection = open_for_write(_db_path(args))
+    try:
+        token = create_token(connection, args.name, tuple(args.integration or ()))
+    finally:
+        connection.close()
+    scope = ", ".join(sorted(set(args.integration))) if args.integration else "all integrations"
+    print(f"token {args.name!r} ({scope}); it is shown once, store it now:")
+    print(token)
+    return 0
+
+
+def _token_list(args: argparse.Namespace) -> int:
+    connection = open_for_write(_db_path(args))
+    try:
+        tokens = list_tokens(connection)
+    finally:
+        connection.close()
+    print(f"{'NAME':<24} {'CREATED':<25} {'REVOKED':<25} INTEGRATIONS")
+    for info in tokens:
+        scope = ",".join(info.integrations) if info.integrations is not None else "*"
+        print(f"{info.name:<24} {info.created_at:<25} {info.revoked_at or '-':<25} {scope}")
+    return 0
+
+
+def _token_revoke(args: argparse.Namespace) -> int:
+    connection = open_for_write(_db_path(args))
+    try:
+        revoke_token(connection, args.name)
+    finally:
+        connection.close()
+    print(f"revoked token {args.name!r}")
+    return 0
+
+
+def _port(text: str) -> int:
+    if not text.isdigit() or not 0 <= int(text) <= 65535:
+        raise argparse.ArgumentTypeError("must be an integer between 0 and 65535")
+    return int(text)
+
+
+def _positive(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError("must be a positive integer")
+    return int(text)
+
+
+def _non_negative(text: str) -> int:
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError("must be a non-negative integer")
+    return int(text)
+
+
+def build_parser(settings: Settings) -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--db",
+        default=str(settings.db_path),
+        metavar="PATH",
+        help=f"SQLite database file (env LEASESTAR_DB, default {DEFAULT_DB})",
+    )
+    parser = argparse.ArgumentParser(
+        prog="leasestar", description="Applicant read API over embedded SQLite."
+    )
+    parser.add_argument("--version", action="version", version=f"leasestar {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    serve = commands.add_parser(
+        "serve", parents=[common], help="run the API (creates and seeds a new database)"
+    )
+    serve.add_argument("--host", default=settings.host, help="bind address (env LEASESTAR_HOST)")
+    serve.add_argument(
+        "--port", type=_port, default=settings.port, help="port (env LEASESTAR_PORT)"
+    )
+    serve.add_argument(
+        "--workers",
+        type=_positive,
+        default=settings.workers,
+        help="worker processes (env LEASESTAR_WORKERS)",
+    )
+    serve.add_argument(
+        "--demo-token", action="store_true", help="create a fresh demo token and print a curl line"
+    )
+    serve.set_defaults(handler=_serve)
+
+    seed = commands.add_parser(
+        "seed", parents=[common], help="add deterministic synthetic applicants"
+    )
+    seed.add_argument("--count", type=_positive, required=True, help="how many applicants")
+    seed.add_argument("--seed", type=_non_negative, default=0, help="random seed (default 0)")
+    seed.set_defaults(handler=_seed)
+
+    do_import = commands.add_parser(
+        "import", parents=[common], help="upsert applicants from NDJSON"
+    )
+    do_import.add_argument("file", metavar="FILE", help="NDJSON file, or - for stdin")
+    do_import.set_defaults(handler=_import)
+
+    export = commands.add_parser("export", parents=[common], help="write every applicant as NDJSON")
+    export.add_argument("file", metavar="FILE", nargs="?", help="output file (default stdout)")
+    export.set_defaults(handler=_export)
+
+    token = commands.add_parser("token", help="create, list and revoke API tokens")
+    token_commands = token.add_subparsers(dest="token_command", required=True, metavar="ACTION")
+    create = token_commands.add_parser("create", parents=[common], help="print a new token")
+    create.add_argument("--name", required=True, help="unique name of the token")
+    create.add_argument(
+        "--integration",
+        action="append",
+        metavar="ID",
+        help="restrict the token to this integration_id (repeatable; none = all)",
+    )
+    create.set_defaults(handler=_token_create)
+    listing = token_commands.add_parser("list", parents=[common], help="list tokens")
+    listing.set_defaults(handler=_token_list)
+    revoke = token_commands.add_parser("revoke", parents=[common], help="revoke a token by name")
+    revoke.add_argument("name", metavar="NAME")
+    revoke.set_defaults(handler=_token_revoke)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        settings = Settings.from_env()
+    except SettingsError as error:
+        print(f"leasestar: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    args = build_parser(settings).parse_args(argv)
+    try:
+        return int(args.handler(args))
+    except (CommandError, DatabaseError, TokenError) as error:
+        print(f"leasestar: {error}", file=sys.stderr)
+        return 1
+    except sqlite3.Error as error:
+        print(f"leasestar: database error: {error}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("leasestar: interrupted; nothing partial was committed", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        # `leasestar export | head`: the reader left; that is not an error of ours.
+        with contextlib.suppress(OSError):
+            sys.stdout = open(os.devnull, "w")  # noqa: SIM115
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,84 @@
+-- leasestar: the one source of the tables.
+--
+-- Applied on every start with CREATE ... IF NOT EXISTS; the schema version lives in
+-- PRAGMA user_version (set by app/database.py, which refuses a newer one).
+--
+-- Design, so that the read path does no per-row Python work:
+--   * `body` holds each applicant exactly as the API serves it (canonical JSON).
+--     A page is the bodies of the matching rows joined with commas.
+--   * Every sortable or filterable field is also a typed column, so ORDER BY and
+--     WHERE run on indexes. Datetimes are integer microseconds since the Unix epoch
+--     (UTC), so comparison is by instant; strings compare by code point (BINARY).
+--   * `change_seq` is a strictly increasing sequence moved by every write to a row;
+--     `sync_state.change_seq` is its high-water mark and doubles as the data version
+--     that keys cached counts.
+
+CREATE TABLE IF NOT EXISTS applicants (
+    id                 TEXT    NOT NULL PRIMARY KEY,
+    change_seq         INTEGER NOT NULL,
+    integration_id     TEXT    NOT NULL,
+    integration_vendor TEXT    NOT NULL,
+    x_id               TEXT    NOT NULL,
+    x_property_id      TEXT    NOT NULL,
+    property_id        TEXT    NOT NULL,
+    created_at         INTEGER NOT NULL,
+    updated_at         INTEGER NOT NULL,
+    last_seen          INTEGER NOT NULL,
+    first_name         TEXT,
+    middle_name        TEXT,
+    last_name          TEXT,
+    email_1            TEXT,
+    -- digits of phone_1 only, so the phone filter is an index lookup
+    phone_1_digits     TEXT,
+    date_of_birth      TEXT,
+    city               TEXT,
+    state              TEXT,
+    zip                TEXT,
+    -- hash of every non-service field: tells an import whether a record changed
+    content_hash       BLOB    NOT NULL,
+    body               TEXT    NOT NULL
+);
+
+-- The upsert key: source systems reuse ids across integrations and properties.
+CREATE UNIQUE INDEX IF NOT EXISTS applicants_source_key
+    ON applicants (integration_id, x_property_id, x_id);
+CREATE UNIQUE INDEX IF NOT EXISTS applicants_change_seq ON applicants (change_seq);
+
+-- One index per sortable field, with the id tiebreak, so every single-key ordering
+-- (either direction) is an index walk.
+CREATE INDEX IF NOT EXISTS applicants_by_created_at ON applicants (created_at, id);
+CREATE INDEX IF NOT EXISTS applicants_by_updated_at ON applicants (updated_at, id);
+CREATE INDEX IF NOT EXISTS applicants_by_last_seen ON applicants (last_seen, id);
+CREATE INDEX IF NOT EXISTS applicants_by_x_id ON applicants (x_id, id);
+CREATE INDEX IF NOT EXISTS applicants_by_x_property_id ON applicants (x_property_id, id);
+CREATE INDEX IF NOT EXISTS applicants_by_property_id ON applicants (property_id, created_at, id);
+CREATE INDEX IF NOT EXISTS applicants_by_integration_id ON applicants (integration_id, created_at, id);
+CREATE INDEX IF NOT EXISTS applicants_by_integration_vendor ON applicants (integration_vendor, id);
+CREATE INDEX IF NOT EXISTS applicants_by_first_name ON applicants (first_name, id);
+CREATE INDEX IF NOT EXISTS applicants_by_middle_name ON applicants (middle_name, id);
+CREATE INDEX IF NOT EXISTS applicants_by_last_name ON applicants (last_name, first_name, id);
+CREATE INDEX IF NOT EXISTS applicants_by_email_1 ON applicants (email_1, id);
+CREATE INDEX IF NOT EXISTS applicants_by_email_1_nocase ON applicants (email_1 COLLATE NOCASE);
+CREATE INDEX IF NOT EXISTS applicants_by_phone_1_digits ON applicants (phone_1_digits);
+CREATE INDEX IF NOT EXISTS applicants_by_date_of_birth ON applicants (date_of_birth, id);
+CREATE INDEX IF NOT EXISTS applicants_by_city ON applicants (city, id);
+CREATE INDEX IF NOT EXISTS applicants_by_state ON applicants (state, id);
+CREATE INDEX IF NOT EXISTS applicants_by_zip ON applicants (zip, id);
+
+-- One row: the high-water mark of applicants.change_seq. Every write transaction
+-- moves it, so it is also the data version that keys cached counts and ETags.
+CREATE TABLE IF NOT EXISTS sync_state (
+    singleton  INTEGER NOT NULL PRIMARY KEY CHECK (singleton = 1),
+    change_seq INTEGER NOT NULL
+);
+INSERT OR IGNORE INTO sync_state (singleton, change_seq) VALUES (1, 0);
+
+-- API tokens. Only the SHA-256 of a token is stored; the token itself is shown once.
+CREATE TABLE IF NOT EXISTS tokens (
+    name         TEXT    NOT NULL PRIMARY KEY,
+    token_hash   BLOB    NOT NULL UNIQUE,
+    created_at   INTEGER NOT NULL,
+    revoked_at   INTEGER,
+    -- JSON array of integration ids the token may see; NULL means every integration
+    integrations TEXT
+);

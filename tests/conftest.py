@@ -1,0 +1,55 @@
+"""Shared fixtures: a fresh SQLite file per test, seeded data, real tokens, the real app."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+from litestar.testing import AsyncTestClient
+
+from app.applicants.ingest import write_records
+from app.auth import create_token
+from app.config import Settings
+from app.database import open_for_write
+from app.main import create_app
+from seed.generator import synthetic_applicants
+
+
+@pytest.fixture
+def db_path(tmp_path: Path) -> Path:
+    """A new, empty database file with the schema applied."""
+    path = tmp_path / "leasestar.db"
+    open_for_write(path).close()
+    return path
+
+
+@pytest.fixture
+def db(db_path: Path) -> Iterator[sqlite3.Connection]:
+    """A write connection to the test database."""
+    connection = open_for_write(db_path)
+    yield connection
+    connection.close()
+
+
+@pytest.fixture
+def seeded_db(db_path: Path, db: sqlite3.Connection) -> Path:
+    """The test database with 300 deterministic synthetic applicants."""
+    write_records(db, synthetic_applicants(300, seed=7))
+    return db_path
+
+
+@pytest.fixture
+def token(db: sqlite3.Connection) -> str:
+    """An unscoped bearer token."""
+    return create_token(db, "test-all")
+
+
+@pytest.fixture
+async def client(seeded_db: Path, token: str) -> AsyncIterator[AsyncTestClient]:  # type: ignore[type-arg]
+    """The real app over the seeded database, authenticated with `token`."""
+    app = create_app(Settings(db_path=seeded_db))
+    async with AsyncTestClient(app=app) as test_client:
+        test_client.headers["Authorization"] = f"Bearer {token}"
+        yield test_client
