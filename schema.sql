@@ -67,11 +67,14 @@ CREATE INDEX IF NOT EXISTS applicants_by_zip ON applicants (zip, id);
 
 -- One row: the high-water mark of applicants.change_seq. Every write transaction
 -- moves it, so it is also the data version that keys cached counts and ETags.
+-- cursor_key signs pagination cursors, so a cursor cannot be forged or carried to
+-- another database.
 CREATE TABLE IF NOT EXISTS sync_state (
     singleton  INTEGER NOT NULL PRIMARY KEY CHECK (singleton = 1),
-    change_seq INTEGER NOT NULL
+    change_seq INTEGER NOT NULL,
+    cursor_key BLOB    NOT NULL
 );
-INSERT OR IGNORE INTO sync_state (singleton, change_seq) VALUES (1, 0);
+INSERT OR IGNORE INTO sync_state (singleton, change_seq, cursor_key) VALUES (1, 0, randomblob(32));
 
 -- API tokens. Only the SHA-256 of a token is stored; the token itself is shown once.
 CREATE TABLE IF NOT EXISTS tokens (

@@ -13,6 +13,7 @@ from litestar.openapi.spec import Components, SecurityScheme
 
 from app import __version__
 from app.applicants.controller import ApplicantController
+from app.applicants.cursors import CursorCodec
 from app.applicants.storage import ApplicantReader
 from app.auth import BearerTokenMiddleware
 from app.config import Settings
@@ -34,6 +35,7 @@ def create_app(settings: Settings | None = None) -> Litestar:
         await pool.open()
         app.state.read_pool = pool
         app.state.reader = ApplicantReader(pool)
+        app.state.cursor_codec = CursorCodec(await app.state.reader.cursor_key())
         try:
             yield
         finally:

@@ -25,15 +25,18 @@ from litestar.openapi.datastructures import ResponseSpec
 from litestar.openapi.spec import OpenAPIType, Operation, Parameter, Schema
 from litestar.params import PathParameter
 
+from app.applicants.cursors import CursorCodec, key_values
 from app.applicants.query import (
     PARAMETERS,
     ApplicantQuery,
     QueryParameterSpec,
+    cursor_state,
     parse_list_query,
     parse_record_query,
+    total_order,
 )
 from app.applicants.records import ApplicantList, ApplicantSingle, PageMeta
-from app.applicants.storage import ApplicantReader
+from app.applicants.storage import ApplicantPage, ApplicantReader
 from app.auth import TokenHolder
 from app.errors import ErrorBody, InvalidParameter
 
@@ -93,6 +96,30 @@ def _meta(query: ApplicantQuery, *, has_more: bool, total: int) -> bytes:
     )
 
 
+def _list_meta(query: ApplicantQuery, page: ApplicantPage, codec: CursorCodec) -> bytes:
+    """Meta of a list page: counts, and the cursor (and sync position) to go on from."""
+    position = query.offset + page.returned
+    has_more = position < page.total
+    meta = PageMeta(
+        offset=query.offset,
+        limit=query.limit,
+        order_by=list(query.order_by),
+        has_more=has_more,
+        total=page.total,
+    )
+    if has_more and page.returned:
+        after = key_values(total_order(query.order_by), page.last_record, page.last_change_seq)
+        meta.next = codec.encode(cursor_state(query, position, after))
+    if query.changed_since is not None:
+        if page.last_change_seq is not None:
+            meta.change_seq = page.last_change_seq
+        elif query.after is not None:
+            meta.change_seq = int(query.after[0] or 0)
+        else:
+            meta.change_seq = query.changed_since
+    return _meta_encoder.encode(meta)
+
+
 def _scope(request: Request[TokenHolder, Any, State]) -> frozenset[str] | None:
     return request.user.integrations
 
@@ -115,17 +142,14 @@ class ApplicantController(Controller):
         self, request: Request[TokenHolder, Any, State]
     ) -> Response[ApplicantList]:
         """Applicants matching the filters and the token's scope, one page at a time."""
-        query = parse_list_query(_query_pairs(request.scope["query_string"]))
+        codec: CursorCodec = request.app.state.cursor_codec
+        query = parse_list_query(_query_pairs(request.scope["query_string"]), codec)
         reader: ApplicantReader = request.app.state.reader
         page = await reader.fetch_page(query, _scope(request))
         body = b"".join(
             (
                 b'{"meta":',
-                _meta(
-                    query,
-                    has_more=query.offset + page.returned < page.total,
-                    total=page.total,
-                ),
+                _list_meta(query, page, codec),
                 b',"results":[',
                 page.results_json.encode(),
                 b"]}",

@@ -17,6 +17,7 @@ from typing import Any, Final
 
 import msgspec
 
+from app.applicants.cursors import CursorCodec, CursorState, KeyValue
 from app.applicants.records import SortKey
 from app.errors import InvalidParameter
 from app.instants import INSTANT_RULE, parse_instant
@@ -50,6 +51,11 @@ SORTABLE_FIELDS: Final[Mapping[str, str]] = {
     )
 }
 DEFAULT_ORDER: Final = (SortKey("created_at", "desc"),)
+# The sync feed's ordering: by change sequence, which is unique (so already total).
+CHANGE_ORDER: Final = (SortKey("change_seq", "asc"),)
+# Columns an ordering may name: the sortable fields, plus change_seq for the sync feed.
+_ORDER_COLUMNS: Final[Mapping[str, str]] = {**SORTABLE_FIELDS, "change_seq": "change_seq"}
+_UNIQUE_KEYS: Final = frozenset({"id", "change_seq"})
 
 # Equality filters of the list route: parameter -> column.
 EQUALITY_FILTERS: Final[Mapping[str, str]] = {
@@ -90,6 +96,15 @@ class ApplicantQuery(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     x_id: str | None = None
     email_1: str | None = None
     phone_1: str | None = None  # exactly ten digits
+    # Sync feed: only records whose change sequence is above this.
+    changed_since: int | None = None
+    # Keyset: the total-order key values of the last record served (from a cursor).
+    after: tuple[KeyValue, ...] | None = None
+
+    @property
+    def sql_offset(self) -> int:
+        """Rows to skip in SQL: a cursor page seeks by key, so it skips none."""
+        return 0 if self.after is not None else self.offset
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,6 +172,23 @@ PARAMETERS: Final[tuple[QueryParameterSpec, ...]] = (
         "Exact match on the source-system id; requires integration_id and x_property_id, "
         "because source systems reuse ids across integrations and properties.",
         {"type": "string"},
+        list_only=True,
+    ),
+    QueryParameterSpec(
+        "cursor",
+        "The `meta.next` of a previous page: the page after it, with the same ordering, "
+        "filters and limit. Other parameters given with a cursor must match it or be "
+        "absent; `offset` cannot be given. Unlike offsets, a cursor walk never skips or "
+        "repeats a record that exists throughout the walk, even while data is written.",
+        {"type": "string"},
+        list_only=True,
+    ),
+    QueryParameterSpec(
+        "changed_since",
+        "Incremental sync: only records written after this change sequence, in change "
+        "order (`order-by` and `offset` cannot be given). Start at 0, follow `meta.next` "
+        "while `hasMore`, then store `meta.changeSeq` and pass it here next time.",
+        {"type": "integer", "minimum": 0, "maximum": MAX_OFFSET},
         list_only=True,
     ),
 )
@@ -239,9 +271,94 @@ def _parse(values: dict[str, str]) -> ApplicantQuery:
     return ApplicantQuery(**fields)
 
 
-def parse_list_query(pairs: Iterable[tuple[str, str]]) -> ApplicantQuery:
-    """Validate the query string of `GET /v1/applicants`."""
-    return _parse(_single_values(pairs, LIST_PARAMETER_NAMES))
+# Query parameter -> ApplicantQuery field, for comparing parameters with a cursor.
+_FIELD_OF_PARAMETER: Final = {"order-by": "order_by"}
+_FILTER_FIELDS: Final = (
+    *DATE_BOUNDS,
+    "integration_id",
+    "integration_vendor",
+    "property_id",
+    "x_property_id",
+    "x_id",
+    "email_1",
+    "phone_1",
+)
+
+
+def _with_changed_since(values: dict[str, str], query: ApplicantQuery) -> ApplicantQuery:
+    text = values["changed_since"]
+    since = _integer("changed_since", text, 0, MAX_OFFSET)
+    for conflicting in ("order-by", "offset"):
+        if conflicting in values:
+            raise InvalidParameter(
+                conflicting,
+                values[conflicting],
+                f"{conflicting} cannot be combined with changed_since (the feed is in "
+                "change order; follow meta.next)",
+            )
+    return msgspec.structs.replace(query, changed_since=since, order_by=CHANGE_ORDER)
+
+
+def cursor_state(query: ApplicantQuery, position: int, after: tuple[KeyValue, ...]) -> CursorState:
+    """What the cursor to the page after `position` must remember of `query`."""
+    filters = tuple(
+        (name, value) for name in _FILTER_FIELDS if (value := getattr(query, name)) is not None
+    )
+    return CursorState(
+        version=1,
+        limit=query.limit,
+        order_by=query.order_by,
+        filters=filters,
+        changed_since=query.changed_since,
+        position=position,
+        after=after,
+    )
+
+
+def _from_cursor(text: str, codec: CursorCodec) -> ApplicantQuery:
+    state = codec.decode(text)
+    filters = dict(state.filters)
+    if not filters.keys() <= set(_FILTER_FIELDS) or len(state.after) != len(
+        total_order(state.order_by)
+    ):
+        raise InvalidParameter("cursor", text, "cursor is not valid")
+    return ApplicantQuery(
+        offset=state.position,
+        limit=state.limit,
+        order_by=state.order_by,
+        changed_since=state.changed_since,
+        after=state.after,
+        **filters,  # type: ignore[arg-type]
+    )
+
+
+def parse_list_query(
+    pairs: Iterable[tuple[str, str]], codec: CursorCodec | None = None
+) -> ApplicantQuery:
+    """Validate the query string of `GET /v1/applicants` (with its cursor, if any)."""
+    values = _single_values(pairs, LIST_PARAMETER_NAMES)
+    cursor = values.pop("cursor", None)
+    if cursor is None or codec is None:
+        if cursor is not None:
+            raise InvalidParameter("cursor", cursor, "cursors are not available here")
+        query = _parse(values)
+        return _with_changed_since(values, query) if "changed_since" in values else query
+    if "offset" in values:
+        raise InvalidParameter("offset", values["offset"], "offset cannot be combined with cursor")
+    resumed = _from_cursor(cursor, codec)
+    given = _parse(values)
+    if "changed_since" in values:
+        given = _with_changed_since(values, given)
+    for name in values:
+        field_name = _FIELD_OF_PARAMETER.get(name, name)
+        if getattr(given, field_name) != getattr(resumed, field_name):
+            raise InvalidParameter(
+                name,
+                values[name],
+                f"{name} does not match the cursor: omit it, or give the value the "
+                "cursor was made with",
+            )
+    return resumed
 
 
 def parse_record_query(pairs: Iterable[tuple[str, str]]) -> ApplicantQuery:
@@ -278,6 +395,13 @@ def build_where(query: ApplicantQuery, scope: frozenset[str] | None) -> SqlFragm
     if query.phone_1 is not None:
         clauses.append("phone_1_digits IN (?, ?)")
         params.extend((query.phone_1, "1" + query.phone_1))
+    if query.changed_since is not None:
+        clauses.append("change_seq > ?")
+        params.append(query.changed_since)
+    if query.after is not None:
+        keyset = build_keyset(total_order(query.order_by), query.after)
+        clauses.append(keyset.sql)
+        params.extend(keyset.params)
     if scope is not None:
         ordered = sorted(scope)
         clauses.append(f"integration_id IN ({', '.join('?' * len(ordered))})")
@@ -291,7 +415,7 @@ def total_order(order_by: tuple[SortKey, ...]) -> tuple[SortKey, ...]:
     """The ordering actually run: the requested keys plus the hidden `id` tiebreak."""
     if not order_by:
         return (SortKey("id", "asc"),)
-    if any(key.field == "id" for key in order_by):
+    if any(key.field in _UNIQUE_KEYS for key in order_by):
         return order_by
     return (*order_by, SortKey("id", order_by[-1].direction))
 
@@ -300,8 +424,47 @@ def build_order_by(order_by: tuple[SortKey, ...]) -> str:
     """ORDER BY clause from whitelisted columns; SQLite's null placement is the contract's."""
     keys = total_order(order_by)
     return "ORDER BY " + ", ".join(
-        f"{SORTABLE_FIELDS[key.field]} {key.direction.upper()}" for key in keys
+        f"{_ORDER_COLUMNS[key.field]} {key.direction.upper()}" for key in keys
     )
+
+
+def _after_one(column: str, direction: str, value: KeyValue) -> tuple[str, tuple[KeyValue, ...]]:
+    """SQL for "column comes after value" in the contract's null placement."""
+    if direction == "asc":  # nulls first
+        return (f"{column} IS NOT NULL", ()) if value is None else (f"{column} > ?", (value,))
+    # desc: nulls last, so nothing comes after a null but other nulls (left to the tiebreak)
+    if value is None:
+        return "0", ()
+    return f"({column} < ? OR {column} IS NULL)", (value,)
+
+
+def build_keyset(keys: tuple[SortKey, ...], values: tuple[KeyValue, ...]) -> SqlFragment:
+    """WHERE fragment for "after these key values" in the total order `keys`.
+
+    When every key runs one way and no value is null this is a row-value comparison,
+    which SQLite answers with one index seek; otherwise the expanded form
+    `k1 after v1 OR (k1 = v1 AND k2 after v2) OR ...`.
+    """
+    columns = [_ORDER_COLUMNS[key.field] for key in keys]
+    directions = {key.direction for key in keys}
+    if len(directions) == 1 and None not in values:
+        op = ">" if directions == {"asc"} else "<"
+        placeholders = ", ".join("?" * len(values))
+        return SqlFragment(f"({', '.join(columns)}) {op} ({placeholders})", tuple(values))
+    alternatives: list[str] = []
+    params: list[KeyValue] = []
+    for index, (key, column, value) in enumerate(zip(keys, columns, values, strict=True)):
+        equal: list[str] = []
+        for previous_column, previous in zip(columns[:index], values[:index], strict=True):
+            if previous is None:
+                equal.append(f"{previous_column} IS NULL")
+            else:
+                equal.append(f"{previous_column} = ?")
+                params.append(previous)
+        after_sql, after_params = _after_one(column, key.direction, value)
+        params.extend(after_params)
+        alternatives.append("(" + " AND ".join([*equal, after_sql]) + ")")
+    return SqlFragment("(" + " OR ".join(alternatives) + ")", tuple(params))
 
 
 def phone_digits(phone: str | None) -> str | None:

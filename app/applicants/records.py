@@ -194,6 +194,10 @@ class PageMeta(msgspec.Struct, gc=False):
     order_by: list[SortKey] = msgspec.field(name="orderBy")
     has_more: bool = msgspec.field(name="hasMore")
     total: int
+    # Lists only, present when hasMore is true: the cursor of the next page.
+    next: str | msgspec.UnsetType = msgspec.UNSET
+    # Sync feed only (changed_since): the change sequence to resume from next time.
+    change_seq: int | msgspec.UnsetType = msgspec.field(default=msgspec.UNSET, name="changeSeq")
 
 
 class ApplicantList(msgspec.Struct, gc=False):

@@ -15,6 +15,8 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Final
 
+import msgspec
+
 from app.applicants.query import ApplicantQuery, SqlFragment, build_order_by, build_where
 from app.database import ReadPool
 
@@ -28,6 +30,12 @@ class ApplicantPage:
     results_json: str  # the page's records joined with commas (no brackets)
     returned: int
     total: int
+    last_record_length: int  # characters of the page's last record (0 when empty)
+    last_change_seq: int | None  # change sequence of the last record (sync feed only)
+
+    @property
+    def last_record(self) -> str:
+        return self.results_json[len(self.results_json) - self.last_record_length :]
 
 
 class CountCache:
@@ -64,35 +72,49 @@ class ApplicantReader:
             rows = await connection.execute_fetchall("SELECT change_seq FROM sync_state")
         return int(next(iter(rows))[0])
 
+    async def cursor_key(self) -> bytes:
+        """The database's key for signing cursors."""
+        async with self._pool.connection() as connection:
+            rows = await connection.execute_fetchall("SELECT cursor_key FROM sync_state")
+        return bytes(next(iter(rows))[0])
+
     async def fetch_page(
         self, query: ApplicantQuery, scope: frozenset[str] | None
     ) -> ApplicantPage:
         """One page of matching records in the requested order, with the exact total."""
         where = build_where(query, scope)
         page_sql = (
-            f"SELECT body FROM applicants {where.sql} {build_order_by(query.order_by)} "
-            "LIMIT ? OFFSET ?"
+            f"SELECT body, change_seq FROM applicants {where.sql} "
+            f"{build_order_by(query.order_by)} LIMIT ? OFFSET ?"
         )
-        page_params = (*where.params, query.limit, query.offset)
+        page_params = (*where.params, query.limit, query.sql_offset)
+        # A cursor page's total counts the whole walk, not what is left after the cursor.
+        count_where = build_where(msgspec.structs.replace(query, after=None), scope)
+        # The last record's length lets the caller cut it out for the next cursor; in
+        # the sync feed (change_seq ascending) the last record has the largest change_seq.
+        page_columns = (
+            "count(*), coalesce(group_concat(body, ','), ''), "
+            "coalesce(group_concat(length(body)), ''), max(change_seq)"
+        )
         # First try with a cached total: the statement only reads the page and version.
         async with self._pool.connection() as connection:
             rows = await connection.execute_fetchall(
-                "SELECT (SELECT change_seq FROM sync_state), count(*), "
-                f"coalesce(group_concat(body, ','), '') FROM ({page_sql})",
+                f"SELECT (SELECT change_seq FROM sync_state), {page_columns} FROM ({page_sql})",
                 page_params,
             )
-            version, returned, results_json = next(iter(rows))
-            total = self._counts.get(where, version)
+            version, returned, results_json, lengths, last_seq = next(iter(rows))
+            total = self._counts.get(count_where, version)
             if total is None:
                 rows = await connection.execute_fetchall(
                     "SELECT (SELECT change_seq FROM sync_state), "
-                    f"(SELECT count(*) FROM applicants {where.sql}), count(*), "
-                    f"coalesce(group_concat(body, ','), '') FROM ({page_sql})",
-                    (*where.params, *page_params),
+                    f"(SELECT count(*) FROM applicants {count_where.sql}), {page_columns} "
+                    f"FROM ({page_sql})",
+                    (*count_where.params, *page_params),
                 )
-                version, total, returned, results_json = next(iter(rows))
-                self._counts.put(where, version, total)
-        return ApplicantPage(results_json, returned, total)
+                version, total, returned, results_json, lengths, last_seq = next(iter(rows))
+                self._counts.put(count_where, version, total)
+        last_length = int(lengths.rpartition(",")[2] or 0)
+        return ApplicantPage(results_json, returned, total, last_length, last_seq)
 
     async def fetch_one(
         self, applicant_id: str, query: ApplicantQuery, scope: frozenset[str] | None

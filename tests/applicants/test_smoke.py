@@ -9,6 +9,7 @@ async def test_default_page_has_100_newest_first(client: AsyncTestClient) -> Non
     response = await client.get("/v1/applicants")
     assert response.status_code == 200
     body = response.json()
+    assert body["meta"].pop("next")  # the cursor of the next page; its walk is tested elsewhere
     assert body["meta"] == {
         "offset": 0,
         "limit": 100,
