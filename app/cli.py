@@ -19,7 +19,15 @@ from typing import IO, Final
 from app import __version__
 from app.applicants.ingest import ImportRefused, export_ndjson, import_ndjson, write_records
 from app.auth import TokenError, create_token, list_tokens, revoke_token
-from app.config import DEFAULT_DB, Settings, SettingsError
+from app.config import (
+    DEFAULT_DB,
+    DEFAULT_RATE_LIMIT,
+    RateLimit,
+    Settings,
+    SettingsError,
+    parse_log_format,
+    parse_rate_limit,
+)
 from app.database import DatabaseError, open_for_write
 
 DEMO_RECORDS: Final = 1000
@@ -107,7 +115,15 @@ def _serve(args: argparse.Namespace) -> int:
             f"  curl -H 'Authorization: Bearer {token}' 'http://{host}:{args.port}/v1/applicants'"
         )
         sys.stdout.flush()
-    os.environ["LEASESTAR_DB"] = str(path)
+    # The app factory reads its settings from the environment, so worker processes
+    # (--workers > 1) get the same ones.
+    os.environ.update(
+        LEASESTAR_DB=str(path),
+        LEASESTAR_READ_CONNECTIONS=str(args.read_connections),
+        LEASESTAR_LOG_FORMAT=args.log_format,
+        LEASESTAR_RATE_LIMIT=args.rate_limit,
+        LEASESTAR_COMPRESSION="on" if args.compression else "off",
+    )
     uvicorn.run(
         "app.main:create_app_from_env",
         factory=True,
@@ -115,7 +131,8 @@ def _serve(args: argparse.Namespace) -> int:
         port=args.port,
         workers=args.workers,
         log_level="info",
-        access_log=False,
+        access_log=False,  # ours, without the Authorization header (app/observability.py)
+        timeout_graceful_shutdown=30,
     )
     return 0
 
@@ -246,6 +263,24 @@ def _non_negative(text: str) -> int:
     return int(text)
 
 
+def _log_format(text: str) -> str:
+    try:
+        return parse_log_format(text, "--log-format")
+    except SettingsError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def _rate_limit(text: str) -> str:
+    try:
+        return _rate_text(parse_rate_limit(text, "--rate-limit"))
+    except SettingsError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def _rate_text(limit: RateLimit | None) -> str:
+    return "off" if limit is None else f"{limit.requests}/{limit.unit}"
+
+
 def build_parser(settings: Settings) -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
@@ -272,6 +307,31 @@ def build_parser(settings: Settings) -> argparse.ArgumentParser:
         type=_positive,
         default=settings.workers,
         help="worker processes (env LEASESTAR_WORKERS)",
+    )
+    serve.add_argument(
+        "--read-connections",
+        type=_positive,
+        default=settings.read_connections,
+        help="read-only SQLite connections per worker (env LEASESTAR_READ_CONNECTIONS)",
+    )
+    serve.add_argument(
+        "--log-format",
+        type=_log_format,
+        default=settings.log_format,
+        help="access log: json, text or off (env LEASESTAR_LOG_FORMAT)",
+    )
+    serve.add_argument(
+        "--rate-limit",
+        type=_rate_limit,
+        default=_rate_text(settings.rate_limit),
+        help="per-token limit N/second|minute|hour|day, or off "
+        f"(env LEASESTAR_RATE_LIMIT, default {DEFAULT_RATE_LIMIT})",
+    )
+    serve.add_argument(
+        "--compression",
+        action=argparse.BooleanOptionalAction,
+        default=settings.compression,
+        help="brotli/gzip responses when the client asks (env LEASESTAR_COMPRESSION)",
     )
     serve.add_argument(
         "--demo-token", action="store_true", help="create a fresh demo token and print a curl line"

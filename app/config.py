@@ -1,17 +1,57 @@
-"""Settings: one frozen dataclass, filled from `LEASESTAR_*` environment variables once."""
+"""Settings: one frozen dataclass, filled from `LEASESTAR_*` environment variables once.
+
+The command line (`leasestar serve --...`) fills the same fields; a flag wins over its
+variable. Every setting, its variable and its default are listed in the README.
+"""
 
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import Final, Literal, cast, get_args
 
 DEFAULT_DB: Final = "./leasestar.db"
+DEFAULT_RATE_LIMIT: Final = "600/minute"
+
+LogFormat = Literal["json", "text", "off"]
+RateUnit = Literal["second", "minute", "hour", "day"]
+_RATE = re.compile(r"([1-9][0-9]{0,8})/(second|minute|hour|day)")
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off")
 
 
 class SettingsError(ValueError):
-    """An environment variable holds a value that cannot be used."""
+    """A setting holds a value that cannot be used; the message names it."""
+
+
+@dataclass(frozen=True, slots=True)
+class RateLimit:
+    """At most `requests` per `unit` for each token."""
+
+    requests: int
+    unit: RateUnit
+
+
+def parse_rate_limit(text: str, name: str = "LEASESTAR_RATE_LIMIT") -> RateLimit | None:
+    """`N/unit` (unit: second, minute, hour, day), or `off`."""
+    text = text.strip().lower()
+    if text in ("off", "0", "none"):
+        return None
+    match = _RATE.fullmatch(text)
+    if match is None:
+        raise SettingsError(
+            f"{name} must be N/second, N/minute, N/hour, N/day or off; got {text!r}"
+        )
+    return RateLimit(int(match[1]), cast(RateUnit, match[2]))
+
+
+def parse_log_format(text: str, name: str = "LEASESTAR_LOG_FORMAT") -> LogFormat:
+    text = text.strip().lower()
+    if text not in get_args(LogFormat):
+        raise SettingsError(f"{name} must be json, text or off; got {text!r}")
+    return cast(LogFormat, text)
 
 
 def _int_env(name: str, default: int, low: int, high: int) -> int:
@@ -23,6 +63,15 @@ def _int_env(name: str, default: int, low: int, high: int) -> int:
     return int(text)
 
 
+def _bool_env(name: str, default: bool) -> bool:
+    text = os.environ.get(name, "").strip().lower()
+    if not text:
+        return default
+    if text not in _TRUE + _FALSE:
+        raise SettingsError(f"{name} must be on or off, got {text!r}")
+    return text in _TRUE
+
+
 @dataclass(frozen=True, slots=True)
 class Settings:
     """Everything the server needs to know, with the defaults a newcomer gets."""
@@ -32,6 +81,11 @@ class Settings:
     port: int = 8000
     workers: int = 1
     read_connections: int = 2
+    log_format: LogFormat = "json"
+    # Off for an app built in code (tests, embedding); `from_env`, which `leasestar
+    # serve` uses, turns it on with DEFAULT_RATE_LIMIT unless told otherwise.
+    rate_limit: RateLimit | None = None
+    compression: bool = True
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -41,4 +95,9 @@ class Settings:
             port=_int_env("LEASESTAR_PORT", 8000, 0, 65535),
             workers=_int_env("LEASESTAR_WORKERS", 1, 1, 64),
             read_connections=_int_env("LEASESTAR_READ_CONNECTIONS", 2, 1, 32),
+            log_format=parse_log_format(os.environ.get("LEASESTAR_LOG_FORMAT") or "json"),
+            rate_limit=parse_rate_limit(
+                os.environ.get("LEASESTAR_RATE_LIMIT") or DEFAULT_RATE_LIMIT
+            ),
+            compression=_bool_env("LEASESTAR_COMPRESSION", True),
         )

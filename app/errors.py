@@ -62,22 +62,32 @@ class InvalidParameter(Exception):
 _encoder = msgspec.json.Encoder()
 
 
+def error_body(
+    status: int, message: str | None = None, details: dict[str, str] | None = None
+) -> bytes:
+    """The one place an error body is written."""
+    return _encoder.encode(
+        ErrorBody(
+            ErrorDetail(
+                code=ERROR_CODES.get(
+                    status, "invalid_request" if status < 500 else "internal_error"
+                ),
+                message=message or ERROR_MESSAGES.get(status, "request failed"),
+                details=details or {},
+            )
+        )
+    )
+
+
 def error_response(
     status: int,
     message: str | None = None,
     details: dict[str, str] | None = None,
     headers: dict[str, str] | None = None,
 ) -> Response[bytes]:
-    """The one place an error body is written."""
-    body = ErrorBody(
-        ErrorDetail(
-            code=ERROR_CODES.get(status, "invalid_request" if status < 500 else "internal_error"),
-            message=message or ERROR_MESSAGES.get(status, "request failed"),
-            details=details or {},
-        )
-    )
+    """An error body as a Litestar response."""
     return Response(
-        content=_encoder.encode(body),
+        content=error_body(status, message, details),
         status_code=status,
         media_type=MediaType.JSON,
         headers=headers,
@@ -99,7 +109,11 @@ def _http_exception(_: Request[Any, Any, Any], exc: HTTPException) -> Response[b
     if status >= 500:
         logger.error("server error %s: %s", status, exc.detail)
         return error_response(500)
-    message = ERROR_MESSAGES.get(status) if status in (404, 405) else None
+    if status == 429:
+        # Litestar's rate limiter says when the window resets; Retry-After says it too,
+        # in the header every HTTP client understands.
+        headers.setdefault("Retry-After", headers.get("x-ratelimit-reset", "1"))
+    message = ERROR_MESSAGES.get(status) if status in (404, 405, 429) else None
     if message is None:
         message = exc.detail if isinstance(exc.detail, str) and exc.detail else "bad request"
     return error_response(status, message, headers=headers or None)

@@ -4,50 +4,88 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any, cast
 
-from litestar import Litestar
+from litestar import Litestar, Request
+from litestar.config.compression import CompressionConfig
 from litestar.middleware import DefineMiddleware
+from litestar.middleware.rate_limit import RateLimitConfig
 from litestar.openapi import OpenAPIConfig
 from litestar.openapi.plugins import ScalarRenderPlugin
 from litestar.openapi.spec import Components, SecurityScheme
+from litestar.types import ASGIApp
 
 from app import __version__
 from app.applicants.controller import ApplicantController
 from app.applicants.cursors import CursorCodec
 from app.applicants.storage import ApplicantReader
-from app.auth import BearerTokenMiddleware
+from app.auth import BearerTokenMiddleware, TokenHolder
 from app.config import Settings
 from app.database import ReadPool, open_for_write
 from app.errors import EXCEPTION_HANDLERS
-from app.health import HealthController
+from app.hygiene import HygieneMiddleware
+from app.observability import Metrics, ObservabilityMiddleware, configure_access_log
+from app.service import ServiceController
 
-UNAUTHENTICATED_PATHS = ["^/schema", "^/health"]
+UNAUTHENTICATED_PATHS = ["^/schema", "^/health", "^/metrics"]
+
+
+def _token_identity(request: Request[Any, Any, Any]) -> str:
+    """Rate limits count per token (its name), not per client address."""
+    user = request.scope.get("user")
+    return user.name if isinstance(user, TokenHolder) else "anonymous"
 
 
 def create_app(settings: Settings | None = None) -> Litestar:
     """Build the Litestar app for a database; the schema is applied on start."""
     settings = settings or Settings.from_env()
+    metrics = Metrics()
+    configure_access_log(settings.log_format)
 
     @asynccontextmanager
     async def database(app: Litestar) -> AsyncIterator[None]:
         open_for_write(settings.db_path).close()  # create or migrate before reading
         pool = ReadPool(settings.db_path, settings.read_connections)
         await pool.open()
+        reader = ApplicantReader(pool)
         app.state.read_pool = pool
-        app.state.reader = ApplicantReader(pool)
-        app.state.cursor_codec = CursorCodec(await app.state.reader.cursor_key())
+        app.state.reader = reader
+        app.state.metrics = metrics
+        app.state.cursor_codec = CursorCodec(await reader.cursor_key())
         try:
             yield
         finally:
             await pool.close()
 
-    return Litestar(
-        route_handlers=[ApplicantController, HealthController],
+    middleware: list[Any] = [DefineMiddleware(BearerTokenMiddleware, exclude=UNAUTHENTICATED_PATHS)]
+    if settings.rate_limit is not None:
+        # After authentication, so the limit is keyed on the token.
+        middleware.append(
+            RateLimitConfig(
+                rate_limit=(settings.rate_limit.unit, settings.rate_limit.requests),
+                exclude=UNAUTHENTICATED_PATHS,
+                identifier_for_request=_token_identity,
+                rate_limit_limit_header_key="x-ratelimit-limit",
+                rate_limit_remaining_header_key="x-ratelimit-remaining",
+                rate_limit_reset_header_key="x-ratelimit-reset",
+                rate_limit_policy_header_key="x-ratelimit-policy",
+            ).middleware
+        )
+
+    app = Litestar(
+        route_handlers=[ApplicantController, ServiceController],
         lifespan=[database],
         exception_handlers=EXCEPTION_HANDLERS,
-        middleware=[
-            DefineMiddleware(BearerTokenMiddleware, exclude=UNAUTHENTICATED_PATHS),
-        ],
+        middleware=middleware,
+        compression_config=CompressionConfig(
+            backend="brotli",
+            brotli_quality=4,
+            brotli_gzip_fallback=True,
+            gzip_compress_level=6,
+            minimum_size=1024,
+        )
+        if settings.compression
+        else None,
         openapi_config=OpenAPIConfig(
             title="leasestar",
             version=__version__,
@@ -69,6 +107,14 @@ def create_app(settings: Settings | None = None) -> Litestar:
             ),
         ),
     )
+    # Route middleware only sees matched routes; these two must see every request
+    # (unknown paths, oversized ones), so they wrap the app's ASGI handler, as
+    # Litestar itself does for CORS.
+    app.asgi_handler = cast(
+        "ASGIApp",
+        ObservabilityMiddleware(HygieneMiddleware(app.asgi_handler), metrics, settings.log_format),
+    )
+    return app
 
 
 def create_app_from_env() -> Litestar:

@@ -72,6 +72,21 @@ class ApplicantReader:
             rows = await connection.execute_fetchall("SELECT change_seq FROM sync_state")
         return int(next(iter(rows))[0])
 
+    async def total_rows(self) -> int:
+        """Every applicant in the database, counted once per data version."""
+        everything = SqlFragment("")
+        async with self._pool.connection() as connection:
+            rows = await connection.execute_fetchall("SELECT change_seq FROM sync_state")
+            version = int(next(iter(rows))[0])
+            total = self._counts.get(everything, version)
+            if total is None:
+                rows = await connection.execute_fetchall(
+                    "SELECT (SELECT change_seq FROM sync_state), count(*) FROM applicants"
+                )
+                version, total = next(iter(rows))
+                self._counts.put(everything, version, total)
+        return int(total)
+
     async def cursor_key(self) -> bytes:
         """The database's key for signing cursors."""
         async with self._pool.connection() as connection:

@@ -1,0 +1,92 @@
+"""Request hygiene: size limits, HEAD, and the headers every API response carries.
+
+Plain ASGI, outside Litestar's routing, so an oversized request is refused before any
+work is done for it, with the same error body as every other refusal.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from app.errors import error_body
+
+MAX_TARGET_BYTES: Final = 8 * 1024  # path + query string
+MAX_HEADER_BYTES: Final = 16 * 1024  # all request headers together
+MAX_QUERY_PARAMETERS: Final = 64
+
+# Responses of the authenticated API hold personal data: never cache them, never let a
+# browser guess their type.
+API_HEADERS: Final = (
+    (b"cache-control", b"no-store"),
+    (b"x-content-type-options", b"nosniff"),
+)
+
+
+async def _refuse(
+    send: Any, status: int, message: str, headers: tuple[tuple[bytes, bytes], ...]
+) -> None:
+    body = error_body(status, message)
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+                *headers,
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
+class HygieneMiddleware:
+    """Refuses oversized requests, answers HEAD like GET without a body, and adds
+    `Cache-Control: no-store` and `X-Content-Type-Options: nosniff` under `/v1`."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        api = scope["path"].startswith("/v1")
+        extra = API_HEADERS if api else ()
+        query = scope["query_string"]
+        if len(scope.get("raw_path") or scope["path"].encode()) + len(query) > MAX_TARGET_BYTES:
+            await _refuse(
+                send, 414, f"the request target is longer than {MAX_TARGET_BYTES} bytes", extra
+            )
+            return
+        if sum(len(name) + len(value) for name, value in scope["headers"]) > MAX_HEADER_BYTES:
+            await _refuse(send, 431, f"the request headers exceed {MAX_HEADER_BYTES} bytes", extra)
+            return
+        if query.count(b"&") >= MAX_QUERY_PARAMETERS:
+            await _refuse(
+                send,
+                400,
+                f"a request may carry at most {MAX_QUERY_PARAMETERS} query parameters",
+                extra,
+            )
+            return
+        head = scope["method"] == "HEAD"
+        if head:
+            # HEAD is GET without the body: route it as GET. The server decides from
+            # scope["method"] whether to send a body, so HEAD is put back before the
+            # response starts; it then sends the GET's headers (its length included)
+            # and drops the body itself.
+            scope["method"] = "GET"
+        if not api and not head:
+            await self.app(scope, receive, send)
+            return
+
+        async def send_filtered(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                if head:
+                    scope["method"] = "HEAD"
+                if extra:
+                    message["headers"] = [*message.get("headers", ()), *extra]
+            await send(message)
+
+        await self.app(scope, receive, send_filtered)
