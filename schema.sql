@@ -76,10 +76,13 @@ CREATE TABLE IF NOT EXISTS sync_state (
 );
 INSERT OR IGNORE INTO sync_state (singleton, change_seq, cursor_key) VALUES (1, 0, randomblob(32));
 
--- API tokens. Only the SHA-256 of a token is stored; the token itself is shown once.
+-- API tokens, `lst_<token_id>_<secret>`. Only the SHA-256 of the whole token is stored;
+-- the token itself is shown once. Lookup is by the public token_id, then the hashes are
+-- compared in constant time, so timing tells nothing about any secret.
 CREATE TABLE IF NOT EXISTS tokens (
     name         TEXT    NOT NULL PRIMARY KEY,
-    token_hash   BLOB    NOT NULL UNIQUE,
+    token_id     TEXT    NOT NULL UNIQUE,
+    token_hash   BLOB    NOT NULL,
     created_at   INTEGER NOT NULL,
     revoked_at   INTEGER,
     -- JSON array of integration ids the token may see; NULL means every integration

@@ -1,14 +1,17 @@
 """Bearer tokens: how they are made and stored, and the middleware that checks them.
 
-A token is shown once, when it is created; the database keeps only its SHA-256. The
-token is 256 bits from `secrets`, so a plain hash (no salt, no stretching) is the
-right tool: the lookup is by hash, and nothing about a token's text can be learnt
-from which hashes exist.
+A token reads `lst_<token_id>_<secret>`: a public id (12 hex digits) and 256 bits from
+`secrets`. It is shown once, when it is created; the database keeps only its SHA-256.
+With that much entropy a plain hash (no salt, no stretching) is the right tool. A
+request's token is found by its id, then its hash is compared with the stored one in
+constant time (`hmac.compare_digest`): the time taken can reveal whether an id exists,
+never anything about a secret.
 """
 
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
 import re
 import secrets
@@ -25,6 +28,7 @@ from app.instants import format_instant, now_micros
 
 TOKEN_PREFIX: Final = "lst_"  # noqa: S105 - a prefix that makes leaked tokens greppable, not a secret
 _BEARER = re.compile(r"[Bb][Ee][Aa][Rr][Ee][Rr] +([A-Za-z0-9._~+/=-]+) *")
+_TOKEN = re.compile(r"lst_([0-9a-f]{12})_[A-Za-z0-9_-]{43}")
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 
 
@@ -63,14 +67,15 @@ def create_token(
         )
     if any(not integration for integration in integrations):
         raise TokenError("an --integration id cannot be empty")
-    token = TOKEN_PREFIX + secrets.token_urlsafe(32)
+    token_id = secrets.token_hex(6)
+    token = f"{TOKEN_PREFIX}{token_id}_{secrets.token_urlsafe(32)}"
     scope = json.dumps(sorted(set(integrations))) if integrations else None
     try:
         with connection:
             connection.execute(
-                "INSERT INTO tokens (name, token_hash, created_at, integrations) "
-                "VALUES (?, ?, ?, ?)",
-                (name, hash_token(token), now_micros(), scope),
+                "INSERT INTO tokens (name, token_id, token_hash, created_at, integrations) "
+                "VALUES (?, ?, ?, ?, ?)",
+                (name, token_id, hash_token(token), now_micros(), scope),
             )
     except sqlite3.IntegrityError:
         raise TokenError(f"a token named {name!r} already exists") from None
@@ -113,6 +118,12 @@ def bearer_token(header: str | None) -> str | None:
     return match[1] if match else None
 
 
+def token_id(token: str) -> str | None:
+    """The public id part of a well-formed token; None for anything else."""
+    match = _TOKEN.fullmatch(token)
+    return match[1] if match else None
+
+
 class BearerTokenMiddleware(AbstractAuthenticationMiddleware):
     """Resolves the bearer token to a `TokenHolder`, or answers 401."""
 
@@ -120,15 +131,19 @@ class BearerTokenMiddleware(AbstractAuthenticationMiddleware):
         self, connection: ASGIConnection[Any, Any, Any, Any]
     ) -> AuthenticationResult:
         token = bearer_token(connection.headers.get("authorization"))
-        if token is None:
+        public_id = token_id(token) if token is not None else None
+        if token is None or public_id is None:
             raise NotAuthorizedException()
         pool: ReadPool = connection.app.state.read_pool
         async with pool.connection() as db:
             rows = await db.execute_fetchall(
-                "SELECT name, integrations FROM tokens WHERE token_hash = ? AND revoked_at IS NULL",
-                (hash_token(token),),
+                "SELECT name, token_hash, integrations FROM tokens "
+                "WHERE token_id = ? AND revoked_at IS NULL",
+                (public_id,),
             )
-        for name, scope in rows:
+        for name, stored_hash, scope in rows:
+            if not hmac.compare_digest(stored_hash, hash_token(token)):
+                break
             integrations = frozenset(json.loads(scope)) if scope is not None else None
-            return AuthenticationResult(user=TokenHolder(name, integrations), auth=token)
+            return AuthenticationResult(user=TokenHolder(name, integrations), auth=public_id)
         raise NotAuthorizedException()

@@ -32,6 +32,7 @@ class ApplicantPage:
     total: int
     last_record_length: int  # characters of the page's last record (0 when empty)
     last_change_seq: int | None  # change sequence of the last record (sync feed only)
+    data_version: int  # the snapshot the page was read from
 
     @property
     def last_record(self) -> str:
@@ -129,18 +130,20 @@ class ApplicantReader:
                 version, total, returned, results_json, lengths, last_seq = next(iter(rows))
                 self._counts.put(count_where, version, total)
         last_length = int(lengths.rpartition(",")[2] or 0)
-        return ApplicantPage(results_json, returned, total, last_length, last_seq)
+        return ApplicantPage(results_json, returned, total, last_length, last_seq, version)
 
     async def fetch_one(
         self, applicant_id: str, query: ApplicantQuery, scope: frozenset[str] | None
-    ) -> str | None:
-        """The record's JSON, or None when it is unknown, out of scope or outside the bounds."""
+    ) -> tuple[str | None, int]:
+        """The record's JSON (None when unknown, out of scope or outside the bounds), and
+        the data version it was read at."""
         where = build_where(query, scope)
         condition = f"{where.sql} AND id = ?" if where.sql else "WHERE id = ?"
         async with self._pool.connection() as connection:
             rows = await connection.execute_fetchall(
-                f"SELECT body FROM applicants {condition}", (*where.params, applicant_id)
+                "SELECT (SELECT change_seq FROM sync_state), "
+                f"(SELECT body FROM applicants {condition})",
+                (*where.params, applicant_id),
             )
-        for (body,) in rows:
-            return str(body)
-        return None
+        version, body = next(iter(rows))
+        return (str(body) if body is not None else None), int(version)
