@@ -16,9 +16,10 @@ _INSTANT = re.compile(
     r"(?P<date>\d{4}-\d{2}-\d{2})"
     r"(?:[Tt](?P<hour>\d{2}):(?P<minute>\d{2})"
     r"(?::(?P<second>\d{2})(?:\.(?P<fraction>\d{1,9}))?)?"
-    r"(?P<offset>[Zz]|[+\- ]\d{2}:\d{2})?)?"
+    r"(?P<offset>[Zz]|[+\- ]\d{2}:\d{2})?)?",
+    re.ASCII,  # \d would also match other scripts' digits, which int() then accepts
 )
-_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
+_DATE = re.compile(r"\d{4}-\d{2}-\d{2}", re.ASCII)
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND = timedelta(microseconds=1)

@@ -53,3 +53,34 @@ async def client(seeded_db: Path, token: str) -> AsyncIterator[AsyncTestClient]:
     async with AsyncTestClient(app=app) as test_client:
         test_client.headers["Authorization"] = f"Bearer {token}"
         yield test_client
+
+
+# --- Added for the API contract suite: the seeded data made once, copied per test ------
+
+
+@pytest.fixture(scope="session")
+def seeded_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The 300 applicants of `seeded_db`, seeded once per session into a template file."""
+    path = tmp_path_factory.mktemp("template") / "seeded.db"
+    connection = open_for_write(path)
+    try:
+        write_records(connection, synthetic_applicants(300, seed=7))
+    finally:
+        connection.close()
+    return path
+
+
+@pytest.fixture
+def seeded_copy(db_path: Path, seeded_template: Path) -> Path:
+    """`db_path` holding exactly what `seeded_db` writes, copied from the template (fast).
+
+    A test module that makes many requests overrides `seeded_db` with this fixture.
+    """
+    source = sqlite3.connect(seeded_template)
+    target = sqlite3.connect(db_path)
+    try:
+        source.backup(target)
+    finally:
+        target.close()
+        source.close()
+    return db_path

@@ -209,9 +209,15 @@ def _single_values(pairs: Iterable[tuple[str, str]], allowed: frozenset[str]) ->
 
 
 def _integer(name: str, text: str, low: int, high: int) -> int:
-    if _INTEGER.fullmatch(text) is None or not low <= int(text) <= high:
+    # Bound the length before int(): a string of thousands of digits makes int() raise.
+    digits = text.lstrip("0") or "0"
+    if (
+        _INTEGER.fullmatch(text) is None
+        or len(digits) > len(str(high))
+        or not low <= int(digits) <= high
+    ):
         raise InvalidParameter(name, text, f"{name} must be an integer between {low} and {high}")
-    return int(text)
+    return int(digits)
 
 
 def parse_order_by(text: str) -> tuple[SortKey, ...]:
