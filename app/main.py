@@ -19,7 +19,7 @@ from app import __version__
 from app.applicants.controller import ApplicantController
 from app.applicants.cursors import CursorCodec
 from app.applicants.storage import ApplicantReader
-from app.auth import BearerTokenMiddleware, TokenHolder
+from app.auth import BearerTokenMiddleware, TokenHolder, TokenRegistry
 from app.config import Settings
 from app.database import ReadPool, open_for_write
 from app.errors import EXCEPTION_HANDLERS
@@ -52,9 +52,11 @@ def create_app(settings: Settings | None = None) -> Litestar:
         app.state.reader = reader
         app.state.metrics = metrics
         app.state.cursor_codec = CursorCodec(await reader.cursor_key())
+        app.state.tokens = TokenRegistry(settings.db_path)
         try:
             yield
         finally:
+            app.state.tokens.close()
             await pool.close()
 
     middleware: list[Any] = [DefineMiddleware(BearerTokenMiddleware, exclude=UNAUTHENTICATED_PATHS)]
@@ -95,7 +97,6 @@ def create_app(settings: Settings | None = None) -> Litestar:
             ),
             path="/schema",
             render_plugins=[ScalarRenderPlugin()],
-            security=[{"BearerToken": []}],
             components=Components(
                 security_schemes={
                     "BearerToken": SecurityScheme(

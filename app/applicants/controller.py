@@ -58,6 +58,7 @@ def _openapi_parameter(spec: QueryParameterSpec) -> Parameter:
         name=spec.name,
         param_in="query",
         required=False,
+        allow_empty_value=True,  # an empty value means absent (CONTRACT.md)
         description=spec.description,
         schema=Schema(type=OpenAPIType(schema.pop("type")), **schema),
         example=spec.example,
@@ -168,11 +169,13 @@ class ApplicantController(Controller):
 
     path = "/v1/applicants"
     tags = ["applicants"]  # noqa: RUF012 - Litestar reads this class attribute as declared
-    responses = ERROR_RESPONSES
+    # Documented here, not for the whole app: /health and /schema need no token.
+    security = [{"BearerToken": []}]  # noqa: RUF012 - read by Litestar as declared
 
     @get(
         "/",
         operation_id="listApplicants",
+        responses=ERROR_RESPONSES,
         summary="List applicants",
         operation_class=_operation_with(PARAMETERS),
         media_type=_JSON,
@@ -192,7 +195,7 @@ class ApplicantController(Controller):
                 b'{"meta":',
                 _list_meta(query, page, codec),
                 b',"results":[',
-                page.results_json.encode(),
+                page.results_json,
                 b"]}",
             )
         )
@@ -201,6 +204,7 @@ class ApplicantController(Controller):
     @get(
         "/{id:str}",
         operation_id="getApplicant",
+        responses=ERROR_RESPONSES,
         summary="Get an applicant by id",
         operation_class=_operation_with(tuple(p for p in PARAMETERS if not p.list_only)),
         media_type=_JSON,
@@ -223,7 +227,7 @@ class ApplicantController(Controller):
                 b'{"meta":',
                 _meta(query, has_more=False, total=1),
                 b',"results":',
-                record.encode(),
+                record,
                 b"}",
             )
         )

@@ -110,7 +110,7 @@ _INSTANT_FIELDS: Final = frozenset({"created_at", "updated_at", "last_seen"})
 
 
 def key_values(
-    keys: tuple[SortKey, ...], record_json: str, change_seq: int | None
+    keys: tuple[SortKey, ...], record_json: bytes, change_seq: int | None
 ) -> tuple[KeyValue, ...]:
     """The values of the total-order `keys` for a served record, as stored in SQL."""
     record = _sort_values_decoder.decode(record_json)

@@ -27,15 +27,15 @@ COUNT_CACHE_SIZE: Final = 4096
 class ApplicantPage:
     """The rows of one page, already JSON, and what meta needs."""
 
-    results_json: str  # the page's records joined with commas (no brackets)
+    results_json: bytes  # the page's records joined with commas (no brackets)
     returned: int
     total: int
-    last_record_length: int  # characters of the page's last record (0 when empty)
+    last_record_length: int  # bytes of the page's last record (0 when empty)
     last_change_seq: int | None  # change sequence of the last record (sync feed only)
     data_version: int  # the snapshot the page was read from
 
     @property
-    def last_record(self) -> str:
+    def last_record(self) -> bytes:
         return self.results_json[len(self.results_json) - self.last_record_length :]
 
 
@@ -108,9 +108,11 @@ class ApplicantReader:
         count_where = build_where(msgspec.structs.replace(query, after=None), scope)
         # The last record's length lets the caller cut it out for the next cursor; in
         # the sync feed (change_seq ascending) the last record has the largest change_seq.
+        # CAST AS BLOB hands Python the UTF-8 bytes as stored: no decoding of the page
+        # into a str and encoding it back. length() of a BLOB is its stored size, O(1).
         page_columns = (
-            "count(*), coalesce(group_concat(body, ','), ''), "
-            "coalesce(group_concat(length(body)), ''), max(change_seq)"
+            "count(*), CAST(coalesce(group_concat(body, ','), '') AS BLOB), "
+            "coalesce(group_concat(length(CAST(body AS BLOB))), ''), max(change_seq)"
         )
         # First try with a cached total: the statement only reads the page and version.
         async with self._pool.connection() as connection:
@@ -134,7 +136,7 @@ class ApplicantReader:
 
     async def fetch_one(
         self, applicant_id: str, query: ApplicantQuery, scope: frozenset[str] | None
-    ) -> tuple[str | None, int]:
+    ) -> tuple[bytes | None, int]:
         """The record's JSON (None when unknown, out of scope or outside the bounds), and
         the data version it was read at."""
         where = build_where(query, scope)
@@ -142,8 +144,8 @@ class ApplicantReader:
         async with self._pool.connection() as connection:
             rows = await connection.execute_fetchall(
                 "SELECT (SELECT change_seq FROM sync_state), "
-                f"(SELECT body FROM applicants {condition})",
+                f"(SELECT CAST(body AS BLOB) FROM applicants {condition})",
                 (*where.params, applicant_id),
             )
         version, body = next(iter(rows))
-        return (str(body) if body is not None else None), int(version)
+        return (bytes(body) if body is not None else None), int(version)
