@@ -27,6 +27,7 @@ ERROR_CODES: dict[int, str] = {
     429: "rate_limited",
     431: "request_header_fields_too_large",
     500: "internal_error",
+    503: "service_unavailable",
 }
 ERROR_MESSAGES: dict[int, str] = {
     401: "a valid bearer token is required",
@@ -40,7 +41,7 @@ ERROR_MESSAGES: dict[int, str] = {
 class ErrorDetail(msgspec.Struct, gc=False):
     code: str
     message: str
-    details: dict[str, str] = {}
+    details: dict[str, str]  # always present, {} when there is nothing more to say
 
 
 class ErrorBody(msgspec.Struct, gc=False):

@@ -11,7 +11,6 @@ from litestar.config.compression import CompressionConfig
 from litestar.middleware import DefineMiddleware
 from litestar.middleware.rate_limit import RateLimitConfig
 from litestar.openapi import OpenAPIConfig
-from litestar.openapi.plugins import ScalarRenderPlugin
 from litestar.openapi.spec import Components, SecurityScheme
 from litestar.types import ASGIApp
 
@@ -22,10 +21,11 @@ from app.applicants.storage import ApplicantReader
 from app.auth import BearerTokenMiddleware, TokenHolder, TokenRegistry
 from app.config import Settings
 from app.database import ReadPool, open_for_write
+from app.docs import docs_assets, docs_page
 from app.errors import EXCEPTION_HANDLERS
 from app.hygiene import HygieneMiddleware
 from app.observability import Metrics, ObservabilityMiddleware, configure_access_log
-from app.service import ServiceController
+from app.service import DatabaseFile, ServiceController
 
 UNAUTHENTICATED_PATHS = ["^/schema", "^/health", "^/metrics"]
 
@@ -49,6 +49,7 @@ def create_app(settings: Settings | None = None) -> Litestar:
         await pool.open()
         reader = ApplicantReader(pool)
         app.state.read_pool = pool
+        app.state.database_file = DatabaseFile.of(settings.db_path)
         app.state.reader = reader
         app.state.metrics = metrics
         app.state.cursor_codec = CursorCodec(await reader.cursor_key())
@@ -75,7 +76,7 @@ def create_app(settings: Settings | None = None) -> Litestar:
         )
 
     app = Litestar(
-        route_handlers=[ApplicantController, ServiceController],
+        route_handlers=[ApplicantController, ServiceController, docs_assets()],
         lifespan=[database],
         exception_handlers=EXCEPTION_HANDLERS,
         middleware=middleware,
@@ -96,7 +97,8 @@ def create_app(settings: Settings | None = None) -> Litestar:
                 "from an embedded SQLite database."
             ),
             path="/schema",
-            render_plugins=[ScalarRenderPlugin()],
+            render_plugins=[docs_page()],
+            use_handler_docstrings=True,
             components=Components(
                 security_schemes={
                     "BearerToken": SecurityScheme(

@@ -2,19 +2,58 @@
 
 from __future__ import annotations
 
-from typing import Any
+import asyncio
+import logging
+import sqlite3
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, cast
 
 import msgspec
 from litestar import Controller, MediaType, Request, Response, get
 from litestar.datastructures import State
-from litestar.exceptions import HTTPException
 
 from app.applicants.storage import ApplicantReader
+from app.database import read_uri
+from app.errors import error_response
 from app.observability import Metrics
+from app.openapi import error_responses, operation_class
+
+logger = logging.getLogger("leasestar.health")
 
 
 class HealthStatus(msgspec.Struct):
-    status: str
+    status: Literal["ok"]
+
+
+@dataclass(frozen=True, slots=True)
+class DatabaseFile:
+    """The database file the server opened, remembered to tell whether it is still there.
+
+    Open connections keep reading a file that was deleted or replaced under them, so a
+    query on the pool alone would call a server healthy that serves a file nobody can
+    see any more.
+    """
+
+    path: Path
+    device: int
+    inode: int
+
+    @classmethod
+    def of(cls, path: Path) -> DatabaseFile:
+        stat = path.stat()
+        return cls(path, stat.st_dev, stat.st_ino)
+
+    def check(self) -> None:
+        """Raise unless the path still holds the opened file and a new connection reads it."""
+        stat = self.path.stat()
+        if (stat.st_dev, stat.st_ino) != (self.device, self.inode):
+            raise OSError(f"{self.path} was replaced after the server started")
+        connection = sqlite3.connect(read_uri(self.path), uri=True)
+        try:
+            connection.execute("SELECT change_seq FROM sync_state").fetchone()
+        finally:
+            connection.close()
 
 
 class ServiceController(Controller):
@@ -26,15 +65,24 @@ class ServiceController(Controller):
         summary="Liveness and database check",
         exclude_from_auth=True,
         media_type=MediaType.JSON,
+        response_description="The database answers.",
+        responses=error_responses(400, 414, 431, 503),
+        operation_class=operation_class(),
     )
-    async def health(self, request: Request[Any, Any, State]) -> HealthStatus:
-        """`{"status": "ok"}` when a read of the database succeeds; 503 otherwise."""
+    async def health(self, request: Request[Any, Any, State]) -> Response[HealthStatus]:
+        """`{"status": "ok"}` when the server's connections and a new connection both read
+        the database file it opened; 503 with the error body otherwise. No token needed."""
         reader: ApplicantReader = request.app.state.reader
+        database: DatabaseFile = request.app.state.database_file
         try:
             await reader.data_version()
-        except Exception as error:
-            raise HTTPException(status_code=503, detail="database unavailable") from error
-        return HealthStatus(status="ok")
+            await asyncio.to_thread(database.check)
+        except Exception as error:  # whatever the cause, the database cannot serve
+            logger.warning("health check failed: %s", error)
+            return cast(
+                "Response[HealthStatus]", error_response(503, "the database is unavailable")
+            )
+        return Response(HealthStatus(status="ok"))
 
     @get(
         "/metrics",

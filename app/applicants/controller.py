@@ -13,7 +13,6 @@ declare the typed envelope so the OpenAPI document shows what is served.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
 from functools import lru_cache
 from typing import Annotated, Any, TypeVar, cast
 from urllib.parse import parse_qsl
@@ -22,7 +21,6 @@ import msgspec
 from litestar import Controller, MediaType, Request, Response, get
 from litestar.datastructures import State
 from litestar.exceptions import NotFoundException
-from litestar.openapi.datastructures import ResponseSpec
 from litestar.openapi.spec import OpenAPIType, Operation, Parameter, Schema
 from litestar.params import PathParameter
 
@@ -36,19 +34,20 @@ from app.applicants.query import (
     parse_record_query,
     total_order,
 )
-from app.applicants.records import ApplicantList, ApplicantSingle, PageMeta
+from app.applicants.records import PageMeta
+from app.applicants.responses import ApplicantList, ApplicantSingle
 from app.applicants.storage import ApplicantPage, ApplicantReader
 from app.auth import TokenHolder
-from app.errors import ErrorBody, InvalidParameter
+from app.errors import InvalidParameter
+from app.openapi import NOT_MODIFIED, error_responses, operation_class
 
 _meta_encoder = msgspec.json.Encoder()
 EnvelopeT = TypeVar("EnvelopeT")
 _JSON = MediaType.JSON
-ERROR_RESPONSES = {
-    400: ResponseSpec(ErrorBody, description="A query parameter broke its rule."),
-    401: ResponseSpec(ErrorBody, description="Missing, malformed, unknown or revoked token."),
-    404: ResponseSpec(ErrorBody, description="No such applicant (or outside the token's scope)."),
-    429: ResponseSpec(ErrorBody, description="Rate limit exceeded."),
+LIST_RESPONSES = {304: NOT_MODIFIED, **error_responses(400, 401, 405, 414, 429, 431, 500)}
+RECORD_RESPONSES = {
+    304: NOT_MODIFIED,
+    **error_responses(400, 401, 404, 405, 414, 429, 431, 500),
 }
 
 
@@ -66,14 +65,9 @@ def _openapi_parameter(spec: QueryParameterSpec) -> Parameter:
 
 
 def _operation_with(specs: tuple[QueryParameterSpec, ...]) -> type[Operation]:
-    parameters = [_openapi_parameter(spec) for spec in specs]
-
-    @dataclass
-    class DocumentedOperation(Operation):
-        def __post_init__(self) -> None:
-            self.parameters = [*(self.parameters or []), *parameters]
-
-    return DocumentedOperation
+    return operation_class(
+        [_openapi_parameter(spec) for spec in specs], conditional=True, rate_limited=True
+    )
 
 
 @lru_cache(maxsize=4096)
@@ -175,8 +169,9 @@ class ApplicantController(Controller):
     @get(
         "/",
         operation_id="listApplicants",
-        responses=ERROR_RESPONSES,
+        responses=LIST_RESPONSES,
         summary="List applicants",
+        response_description="One page of applicants.",
         operation_class=_operation_with(PARAMETERS),
         media_type=_JSON,
     )
@@ -204,8 +199,9 @@ class ApplicantController(Controller):
     @get(
         "/{id:str}",
         operation_id="getApplicant",
-        responses=ERROR_RESPONSES,
+        responses=RECORD_RESPONSES,
         summary="Get an applicant by id",
+        response_description="The applicant.",
         operation_class=_operation_with(tuple(p for p in PARAMETERS if not p.list_only)),
         media_type=_JSON,
     )
