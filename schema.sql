@@ -46,7 +46,10 @@ CREATE UNIQUE INDEX IF NOT EXISTS applicants_change_seq ON applicants (change_se
 
 -- One index per sortable field, with the id tiebreak, so every single-key ordering
 -- (either direction) is an index walk.
-CREATE INDEX IF NOT EXISTS applicants_by_created_at ON applicants (created_at, id);
+-- The default ordering's index also carries the two date filters, so a date window on
+-- the default order is checked from the index alone, without reading each row.
+CREATE INDEX IF NOT EXISTS applicants_by_created_at
+    ON applicants (created_at, id, updated_at, last_seen);
 CREATE INDEX IF NOT EXISTS applicants_by_updated_at ON applicants (updated_at, id);
 CREATE INDEX IF NOT EXISTS applicants_by_last_seen ON applicants (last_seen, id);
 CREATE INDEX IF NOT EXISTS applicants_by_x_id ON applicants (x_id, id);

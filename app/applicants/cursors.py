@@ -70,8 +70,14 @@ class CursorCodec:
         except (binascii.Error, ValueError):
             raise InvalidParameter("cursor", text, _INVALID) from None
         signature, payload = raw[:_SIGNATURE_BYTES], raw[_SIGNATURE_BYTES:]
-        if len(signature) != _SIGNATURE_BYTES or not hmac.compare_digest(
-            signature, self._sign(payload)
+        # Only the one text encode() writes: the decoder skips stray characters, padding
+        # and the unused low bits of the last character, which would let a changed
+        # cursor through.
+        canonical = base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
+        if (
+            canonical != text
+            or len(signature) != _SIGNATURE_BYTES
+            or not hmac.compare_digest(signature, self._sign(payload))
         ):
             raise InvalidParameter("cursor", text, _INVALID)
         try:

@@ -56,6 +56,11 @@ CHANGE_ORDER: Final = (SortKey("change_seq", "asc"),)
 # Columns an ordering may name: the sortable fields, plus change_seq for the sync feed.
 _ORDER_COLUMNS: Final[Mapping[str, str]] = {**SORTABLE_FIELDS, "change_seq": "change_seq"}
 _UNIQUE_KEYS: Final = frozenset({"id", "change_seq"})
+# Columns that are never null (schema.sql): a descending row-value seek is exact only on these.
+_NOT_NULL_KEYS: Final = frozenset(
+    {"id", "change_seq", "created_at", "updated_at", "last_seen", "x_id", "x_property_id"}
+    | {"property_id", "integration_id", "integration_vendor"}
+)
 
 # Equality filters of the list route: parameter -> column.
 EQUALITY_FILTERS: Final[Mapping[str, str]] = {
@@ -119,6 +124,9 @@ class QueryParameterSpec:
 
 
 _SORTABLE_LIST = ", ".join(SORTABLE_FIELDS)
+# The grammar of order-by for OpenAPI (empty, or 1-4 keys); "no field twice" is in words.
+_ORDER_BY_KEY = f"({'|'.join(SORTABLE_FIELDS)})(:([Aa][Ss][Cc]|[Dd][Ee][Ss][Cc]))?"
+_ORDER_BY_PATTERN = f"^({_ORDER_BY_KEY}(,{_ORDER_BY_KEY}){{0,{MAX_ORDER_KEYS - 1}}})?$"
 PARAMETERS: Final[tuple[QueryParameterSpec, ...]] = (
     QueryParameterSpec(
         "offset",
@@ -137,7 +145,7 @@ PARAMETERS: Final[tuple[QueryParameterSpec, ...]] = (
         "no sorting requested (records in id order, `orderBy: []`). Strings compare by code "
         "point; nulls sort first ascending, last descending; a hidden final `id` key in the "
         f"direction of the last key makes every order total. Sortable fields: {_SORTABLE_LIST}.",
-        {"type": "string", "default": "created_at:desc"},
+        {"type": "string", "default": "created_at:desc", "pattern": _ORDER_BY_PATTERN},
         example="last_name:asc,first_name:asc",
     ),
     *(
@@ -324,8 +332,19 @@ def cursor_state(query: ApplicantQuery, position: int, after: tuple[KeyValue, ..
 def _from_cursor(text: str, codec: CursorCodec) -> ApplicantQuery:
     state = codec.decode(text)
     filters = dict(state.filters)
-    if not filters.keys() <= set(_FILTER_FIELDS) or len(state.after) != len(
-        total_order(state.order_by)
+    # Signed, so written by this database's server; still checked against the rules of
+    # this version, so no state it would not write reaches SQL (a 400, never a 5xx).
+    ordering_known = (
+        state.order_by == CHANGE_ORDER
+        if state.changed_since is not None
+        else all(key.field in SORTABLE_FIELDS for key in state.order_by)
+    )
+    if (
+        not filters.keys() <= set(_FILTER_FIELDS)
+        or len(state.after) != len(total_order(state.order_by))
+        or not ordering_known
+        or not 1 <= state.limit <= MAX_LIMIT
+        or not 0 <= state.position <= MAX_OFFSET
     ):
         raise InvalidParameter("cursor", text, "cursor is not valid")
     return ApplicantQuery(
@@ -380,19 +399,33 @@ class SqlFragment:
     params: tuple[Any, ...] = ()
 
 
-def build_where(query: ApplicantQuery, scope: frozenset[str] | None) -> SqlFragment:
-    """WHERE clause (possibly empty) for the filters and the token's integration scope."""
+def build_where(
+    query: ApplicantQuery,
+    scope: frozenset[str] | None,
+    *,
+    walk_order: bool = False,
+    anchor: SqlFragment | None = None,
+) -> SqlFragment:
+    """WHERE clause (possibly empty) for the filters and the token's integration scope.
+
+    With `walk_order`, the broad filters (date ranges, equality on integration, vendor,
+    property) are written `+column`, which keeps SQLite from answering them with their
+    own index: it then walks the ordering's index and filters as it goes, which beats
+    collecting and sorting every match when matches are many (see storage.py).
+    """
     clauses: list[str] = []
     params: list[Any] = []
+    hint = "+" if walk_order else ""
     for name, (column, op) in DATE_BOUNDS.items():
         bound = getattr(query, name)
         if bound is not None:
-            clauses.append(f"{column} {op} ?")
+            clauses.append(f"{hint}{column} {op} ?")
             params.append(bound)
     for name, column in EQUALITY_FILTERS.items():
         value = getattr(query, name)
         if value is not None:
-            clauses.append(f"{column} = ?")
+            # x_id is near-unique: its own index always wins.
+            clauses.append(f"{'' if name == 'x_id' else hint}{column} = ?")
             params.append(value)
     if query.email_1 is not None:
         # NOCASE folds ASCII only, which is exactly the contract's rule.
@@ -408,13 +441,23 @@ def build_where(query: ApplicantQuery, scope: frozenset[str] | None) -> SqlFragm
         keyset = build_keyset(total_order(query.order_by), query.after)
         clauses.append(keyset.sql)
         params.extend(keyset.params)
+    if anchor is not None:
+        clauses.append(anchor.sql)
+        params.extend(anchor.params)
     if scope is not None:
         ordered = sorted(scope)
-        clauses.append(f"integration_id IN ({', '.join('?' * len(ordered))})")
+        clauses.append(f"{hint}integration_id IN ({', '.join('?' * len(ordered))})")
         params.extend(ordered)
     if not clauses:
         return SqlFragment("")
     return SqlFragment("WHERE " + " AND ".join(clauses), tuple(params))
+
+
+# (filter column, leading order key) pairs that one composite index in schema.sql serves
+# together: a page with such a filter and order needs no plan hint.
+FILTER_ORDER_INDEXES: Final = frozenset(
+    {("property_id", "created_at"), ("integration_id", "created_at")}
+)
 
 
 def total_order(order_by: tuple[SortKey, ...]) -> tuple[SortKey, ...]:
@@ -426,6 +469,11 @@ def total_order(order_by: tuple[SortKey, ...]) -> tuple[SortKey, ...]:
     return (*order_by, SortKey("id", order_by[-1].direction))
 
 
+def order_columns(order_by: tuple[SortKey, ...]) -> list[str]:
+    """The whitelisted columns of the total order, in order."""
+    return [_ORDER_COLUMNS[key.field] for key in total_order(order_by)]
+
+
 def build_order_by(order_by: tuple[SortKey, ...]) -> str:
     """ORDER BY clause from whitelisted columns; SQLite's null placement is the contract's."""
     keys = total_order(order_by)
@@ -434,18 +482,25 @@ def build_order_by(order_by: tuple[SortKey, ...]) -> str:
     )
 
 
-def _after_one(column: str, direction: str, value: KeyValue) -> tuple[str, tuple[KeyValue, ...]]:
-    """SQL for "column comes after value" in the contract's null placement."""
+def _after_one(
+    column: str, direction: str, value: KeyValue, or_equal: bool = False
+) -> tuple[str, tuple[KeyValue, ...]]:
+    """SQL for "column comes after value" (or equals it) in the contract's null placement."""
     if direction == "asc":  # nulls first
-        return (f"{column} IS NOT NULL", ()) if value is None else (f"{column} > ?", (value,))
+        if value is None:
+            return (f"{column} IS NOT NULL", ())
+        return (f"{column} {'>=' if or_equal else '>'} ?", (value,))
     # desc: nulls last, so nothing comes after a null but other nulls (left to the tiebreak)
     if value is None:
         return "0", ()
-    return f"({column} < ? OR {column} IS NULL)", (value,)
+    return f"({column} {'<=' if or_equal else '<'} ? OR {column} IS NULL)", (value,)
 
 
-def build_keyset(keys: tuple[SortKey, ...], values: tuple[KeyValue, ...]) -> SqlFragment:
-    """WHERE fragment for "after these key values" in the total order `keys`.
+def build_keyset(
+    keys: tuple[SortKey, ...], values: tuple[KeyValue, ...], *, inclusive: bool = False
+) -> SqlFragment:
+    """WHERE fragment for "after these key values" in the total order `keys` (or "at or
+    after" them, with `inclusive`: the last key is unique and never null).
 
     When every key runs one way and no value is null this is a row-value comparison,
     which SQLite answers with one index seek; otherwise the expanded form
@@ -453,8 +508,14 @@ def build_keyset(keys: tuple[SortKey, ...], values: tuple[KeyValue, ...]) -> Sql
     """
     columns = [_ORDER_COLUMNS[key.field] for key in keys]
     directions = {key.direction for key in keys}
-    if len(directions) == 1 and None not in values:
-        op = ">" if directions == {"asc"} else "<"
+    # Descending, nulls come last, but `(a, b) < (?, ?)` is not true for a null a or b:
+    # the row value would drop them, so it is used only where no column can be null.
+    if (
+        len(directions) == 1
+        and None not in values
+        and (directions == {"asc"} or all(key.field in _NOT_NULL_KEYS for key in keys))
+    ):
+        op = (">" if directions == {"asc"} else "<") + ("=" if inclusive else "")
         placeholders = ", ".join("?" * len(values))
         return SqlFragment(f"({', '.join(columns)}) {op} ({placeholders})", tuple(values))
     alternatives: list[str] = []
@@ -467,10 +528,17 @@ def build_keyset(keys: tuple[SortKey, ...], values: tuple[KeyValue, ...]) -> Sql
             else:
                 equal.append(f"{previous_column} = ?")
                 params.append(previous)
-        after_sql, after_params = _after_one(column, key.direction, value)
+        last = index == len(keys) - 1
+        after_sql, after_params = _after_one(column, key.direction, value, inclusive and last)
         params.extend(after_params)
         alternatives.append("(" + " AND ".join([*equal, after_sql]) + ")")
-    return SqlFragment("(" + " OR ".join(alternatives) + ")", tuple(params))
+    expanded = "(" + " OR ".join(alternatives) + ")"
+    first, first_value = keys[0], values[0]
+    if first_value is not None and (first.direction == "asc" or first.field in _NOT_NULL_KEYS):
+        # Implied by the expansion, but a plain range SQLite can seek the index with.
+        op = ">=" if first.direction == "asc" else "<="
+        return SqlFragment(f"{columns[0]} {op} ? AND {expanded}", (first_value, *params))
+    return SqlFragment(expanded, tuple(params))
 
 
 def phone_digits(phone: str | None) -> str | None:

@@ -17,10 +17,26 @@ from typing import Any, Final
 
 import msgspec
 
-from app.applicants.query import ApplicantQuery, SqlFragment, build_order_by, build_where
+from app.applicants.cursors import KeyValue
+from app.applicants.query import (
+    FILTER_ORDER_INDEXES,
+    ApplicantQuery,
+    SqlFragment,
+    build_keyset,
+    build_order_by,
+    build_where,
+    order_columns,
+    total_order,
+)
 from app.database import ReadPool
 
 COUNT_CACHE_SIZE: Final = 4096
+# Deep offsets seek to the nearest checkpoint (every CHECKPOINT_EVERY-th match of a
+# query's filters in its order) instead of stepping over every skipped row.
+CHECKPOINT_EVERY: Final = 1000
+DEEP_OFFSET: Final = 10 * CHECKPOINT_EVERY
+CHECKPOINT_CACHE_SIZE: Final = 64
+_EVERYTHING: Final = SqlFragment("")
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +68,11 @@ class CountCache:
             return None
         return entry[1]
 
+    def latest(self, where: SqlFragment) -> int | None:
+        """The last count known, of whatever version: good enough to choose a plan."""
+        entry = self._entries.get((where.sql, where.params))
+        return None if entry is None else entry[1]
+
     def put(self, where: SqlFragment, version: int, total: int) -> None:
         key = (where.sql, where.params)
         self._entries[key] = (version, total)
@@ -60,12 +81,37 @@ class CountCache:
             self._entries.popitem(last=False)
 
 
+Anchors = tuple[tuple[KeyValue, ...], ...]
+
+
+class Checkpoints:
+    """Per (filters, order): the sort-key values of matches number 0, K, 2K, ... and the
+    data version they were read at. Built with one pass over the order's index."""
+
+    def __init__(self, size: int = CHECKPOINT_CACHE_SIZE) -> None:
+        self._size = size
+        self._entries: OrderedDict[tuple[Any, ...], tuple[int, Anchors]] = OrderedDict()
+
+    def get(self, key: tuple[Any, ...]) -> tuple[int, Anchors] | None:
+        return self._entries.get(key)
+
+    def put(self, key: tuple[Any, ...], version: int, anchors: Anchors) -> None:
+        self._entries[key] = (version, anchors)
+        self._entries.move_to_end(key)
+        if len(self._entries) > self._size:
+            self._entries.popitem(last=False)
+
+    def drop(self, key: tuple[Any, ...]) -> None:
+        self._entries.pop(key, None)
+
+
 class ApplicantReader:
     """Queries the read pool; knows SQL, knows nothing of HTTP."""
 
     def __init__(self, pool: ReadPool) -> None:
         self._pool = pool
         self._counts = CountCache()
+        self._checkpoints = Checkpoints()
 
     async def data_version(self) -> int:
         """The change sequence high-water mark: moves on every write."""
@@ -75,7 +121,7 @@ class ApplicantReader:
 
     async def total_rows(self) -> int:
         """Every applicant in the database, counted once per data version."""
-        everything = SqlFragment("")
+        everything = _EVERYTHING
         async with self._pool.connection() as connection:
             rows = await connection.execute_fetchall("SELECT change_seq FROM sync_state")
             version = int(next(iter(rows))[0])
@@ -98,14 +144,76 @@ class ApplicantReader:
         self, query: ApplicantQuery, scope: frozenset[str] | None
     ) -> ApplicantPage:
         """One page of matching records in the requested order, with the exact total."""
-        where = build_where(query, scope)
+        # A cursor page's total counts the whole walk, not what is left after the cursor.
+        count_where = build_where(msgspec.structs.replace(query, after=None), scope)
+        walk_order = await self._walk_order(query, scope, count_where)
+        anchor: SqlFragment | None = None
+        skip = query.sql_offset
+        checkpoint_key = (count_where.sql, count_where.params, query.order_by)
+        checkpoint_version = None
+        if (
+            query.after is None
+            and query.changed_since is None
+            and (walk_order or query.offset >= DEEP_OFFSET)
+        ):
+            checkpoint_version, anchors = await self._anchors(query, scope, walk_order)
+            if anchors:
+                index = min(query.offset // CHECKPOINT_EVERY, len(anchors) - 1)
+                anchor = build_keyset(total_order(query.order_by), anchors[index], inclusive=True)
+                skip = query.offset - index * CHECKPOINT_EVERY
+        page = await self._read_page(query, scope, count_where, walk_order, anchor, skip)
+        if checkpoint_version is not None and page.data_version != checkpoint_version:
+            # A write landed since the checkpoints were read: their positions may have
+            # moved. Serve this page by plain offset and rebuild them next time.
+            self._checkpoints.drop(checkpoint_key)
+            page = await self._read_page(
+                query, scope, count_where, walk_order, None, query.sql_offset
+            )
+        return page
+
+    async def _anchors(
+        self, query: ApplicantQuery, scope: frozenset[str] | None, walk_order: bool
+    ) -> tuple[int | None, Anchors]:
+        """The checkpoints of this query's filters and order (read once per data version)."""
+        plain = msgspec.structs.replace(query, after=None)
+        count_where = build_where(plain, scope)
+        key = (count_where.sql, count_where.params, query.order_by)
+        cached = self._checkpoints.get(key)
+        if cached is not None:
+            return cached
+        where = build_where(plain, scope, walk_order=walk_order)
+        columns = ", ".join(order_columns(query.order_by))
+        async with self._pool.connection() as connection:
+            rows = await connection.execute_fetchall(
+                f"SELECT (SELECT change_seq FROM sync_state), {columns} FROM ("
+                f"SELECT {columns}, row_number() OVER ({build_order_by(query.order_by)}) "
+                f"AS position FROM applicants {where.sql}) "
+                f"WHERE (position - 1) % {CHECKPOINT_EVERY} = 0",
+                where.params,
+            )
+        found = list(rows)
+        if not found:
+            return None, ()
+        anchors: Anchors = tuple(tuple(row[1:]) for row in found)
+        version = int(found[0][0])
+        self._checkpoints.put(key, version, anchors)
+        return version, anchors
+
+    async def _read_page(
+        self,
+        query: ApplicantQuery,
+        scope: frozenset[str] | None,
+        count_where: SqlFragment,
+        walk_order: bool,
+        anchor: SqlFragment | None,
+        skip: int,
+    ) -> ApplicantPage:
+        where = build_where(query, scope, walk_order=walk_order, anchor=anchor)
         page_sql = (
             f"SELECT body, change_seq FROM applicants {where.sql} "
             f"{build_order_by(query.order_by)} LIMIT ? OFFSET ?"
         )
-        page_params = (*where.params, query.limit, query.sql_offset)
-        # A cursor page's total counts the whole walk, not what is left after the cursor.
-        count_where = build_where(msgspec.structs.replace(query, after=None), scope)
+        page_params = (*where.params, query.limit, skip)
         # The last record's length lets the caller cut it out for the next cursor; in
         # the sync feed (change_seq ascending) the last record has the largest change_seq.
         # CAST AS BLOB hands Python the UTF-8 bytes as stored: no decoding of the page
@@ -133,6 +241,66 @@ class ApplicantReader:
                 self._counts.put(count_where, version, total)
         last_length = int(lengths.rpartition(",")[2] or 0)
         return ApplicantPage(results_json, returned, total, last_length, last_seq, version)
+
+    async def _walk_order(
+        self, query: ApplicantQuery, scope: frozenset[str] | None, count_where: SqlFragment
+    ) -> bool:
+        """Should the page walk the ordering's index (filtering as it goes) rather than let
+        SQLite collect every match through a filter's index and sort them?
+
+        Walking reads about (skipped + limit) * N / M rows for M matches of N; collecting
+        reads and sorts M. So walk when M * M > (skipped + limit) * N. The counts come from
+        the count cache (of any version: a plan needs only the rough size), counted once
+        when unknown.
+        """
+        broad = (
+            query.updated_at_gte,
+            query.updated_at_lte,
+            query.last_seen_gte,
+            query.last_seen_lte,
+            query.integration_id,
+            query.integration_vendor,
+            query.property_id,
+            query.x_property_id,
+        )
+        if all(value is None for value in broad) and scope is None:
+            return False
+        if query.x_id is not None or query.email_1 is not None or query.phone_1 is not None:
+            return False  # near-unique filters: their index always wins
+        lead = total_order(query.order_by)[0].field
+        single = [
+            column
+            for column, value in (
+                ("property_id", query.property_id),
+                ("integration_id", query.integration_id),
+            )
+            if value is not None
+        ]
+        if scope is not None and len(scope) == 1 and query.integration_id is None:
+            single.append("integration_id")
+        dates = broad[:4]
+        if (
+            all(value is None for value in dates)
+            and query.integration_vendor is None
+            and query.x_property_id is None
+            and len(single) == 1
+            and (single[0], lead) in FILTER_ORDER_INDEXES
+        ):
+            return False  # one composite index serves both the filter and the order
+        matches = self._counts.latest(count_where)
+        everything = self._counts.latest(_EVERYTHING)
+        if matches is None or everything is None:
+            async with self._pool.connection() as connection:
+                rows = await connection.execute_fetchall(
+                    "SELECT (SELECT change_seq FROM sync_state), "
+                    f"(SELECT count(*) FROM applicants {count_where.sql}), "
+                    "(SELECT count(*) FROM applicants)",
+                    count_where.params,
+                )
+            version, matches, everything = next(iter(rows))
+            self._counts.put(count_where, version, matches)
+            self._counts.put(_EVERYTHING, version, everything)
+        return matches * matches > (query.sql_offset + query.limit) * everything
 
     async def fetch_one(
         self, applicant_id: str, query: ApplicantQuery, scope: frozenset[str] | None
