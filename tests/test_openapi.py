@@ -1,0 +1,418 @@
+"""The OpenAPI document at /schema/openapi.json: valid, complete, and true.
+
+"True" is checked the way a generated client would find out: real responses of every
+documented kind (pages, a cursor page, a sync page, a record, 304, each error status)
+are validated against the response schemas of the document itself, `$ref`s resolved
+inside it, formats checked. Expected values come from CONTRACT.md, not from the code.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sqlite3
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+from jsonschema import Draft202012Validator
+from litestar.testing import AsyncTestClient
+from openapi_spec_validator import validate
+from referencing import Registry, Resource
+from referencing.jsonschema import DRAFT202012
+
+from app.applicants import records, responses
+from app.applicants.storage import ApplicantReader
+from app.config import RateLimit, Settings
+from app.main import create_app
+
+Client = AsyncTestClient  # type: ignore[type-arg]
+Document = dict[str, Any]
+DOCUMENT_URI = "urn:leasestar:openapi"
+
+LIST = "/v1/applicants"
+RECORD = "/v1/applicants/{id}"
+HEALTH = "/health"
+
+SORTABLE = (
+    "id",
+    "created_at",
+    "updated_at",
+    "last_seen",
+    "x_id",
+    "x_property_id",
+    "property_id",
+    "integration_id",
+    "integration_vendor",
+    "first_name",
+    "middle_name",
+    "last_name",
+    "email_1",
+    "date_of_birth",
+    "city",
+    "state",
+    "zip",
+)
+SHARED_PARAMETERS = {
+    "offset",
+    "limit",
+    "order-by",
+    "updated_at_gte",
+    "updated_at_lte",
+    "last_seen_gte",
+    "last_seen_lte",
+}
+LIST_ONLY_PARAMETERS = {
+    "integration_id",
+    "integration_vendor",
+    "property_id",
+    "x_property_id",
+    "email_1",
+    "phone_1",
+    "x_id",
+    "cursor",
+    "changed_since",
+}
+# CONTRACT.md, "Errors".
+ERROR_CODES = {
+    400: "invalid_request",
+    401: "unauthorized",
+    404: "not_found",
+    405: "method_not_allowed",
+    414: "uri_too_long",
+    429: "rate_limited",
+    431: "request_header_fields_too_large",
+    500: "internal_error",
+    503: "service_unavailable",
+}
+# Fields of a served applicant that are never null (CONTRACT.md, "Applicant JSON").
+NEVER_NULL = {
+    "id",
+    "created_at",
+    "updated_at",
+    "last_seen",
+    "x_id",
+    "x_property_id",
+    "property_id",
+    "integration_id",
+    "integration_vendor",
+    "x_unit_id_preferred",
+    "unit_id_preferred",
+    "custom_data",
+    "applications",
+    "pets",
+    "screenings",
+    "self_reported_income",
+}
+
+
+@pytest.fixture
+def seeded_db(seeded_copy: Path) -> Path:
+    return seeded_copy
+
+
+@pytest.fixture
+async def document(client: Client) -> Document:
+    response = await client.get("/schema/openapi.json")
+    assert response.status_code == 200
+    return dict(response.json())
+
+
+def _pointer(*parts: str) -> str:
+    return "/".join(part.replace("~", "~0").replace("/", "~1") for part in parts)
+
+
+def response_validator(document: Document, path: str, status: int) -> Draft202012Validator:
+    """A validator for the JSON body the document declares for (GET path, status)."""
+    registry: Registry[Any] = Registry().with_resource(
+        DOCUMENT_URI, Resource(contents=document, specification=DRAFT202012)
+    )
+    pointer = _pointer(
+        "paths", path, "get", "responses", str(status), "content", "application/json", "schema"
+    )
+    return Draft202012Validator(
+        {"$ref": f"{DOCUMENT_URI}#/{pointer}"},
+        registry=registry,
+        format_checker=Draft202012Validator.FORMAT_CHECKER,
+    )
+
+
+def assert_conforms(document: Document, path: str, response: Any) -> None:
+    """The status is documented for the operation, its headers are sent, the body fits."""
+    operation = document["paths"][path]["get"]
+    documented = operation["responses"].get(str(response.status_code))
+    assert documented is not None, f"{response.status_code} is not documented for {path}"
+    for header in documented.get("headers", {}):
+        if header.startswith("X-RateLimit") and "x-ratelimit-limit" not in response.headers:
+            continue  # only when the server runs with a rate limit
+        assert header.lower() in response.headers, (path, response.status_code, header)
+    if "content" not in documented:
+        assert response.content == b""
+        return
+    assert response.headers["content-type"].startswith("application/json")
+    errors = sorted(
+        response_validator(document, path, response.status_code).iter_errors(response.json()),
+        key=str,
+    )
+    assert not errors, [f"{list(error.absolute_path)}: {error.message}" for error in errors[:5]]
+
+
+# --- the document itself ----------------------------------------------------------------
+
+
+async def test_document_is_valid_openapi_3_1(document: Document) -> None:
+    assert document["openapi"].startswith("3.1")
+    validate(document)  # openapi-spec-validator, 3.1 schema and semantic checks
+
+
+async def test_every_route_is_documented(client: Client, document: Document) -> None:
+    served = {
+        re.sub(r"\{(\w+):\w+\}", r"{\1}", route.path)
+        for route in client.app.routes
+        if not route.path.startswith("/schema") and route.path != "/metrics"
+    }
+    assert served == {LIST, RECORD, HEALTH}
+    assert set(document["paths"]) == served
+    assert document["paths"][LIST]["get"]["operationId"] == "listApplicants"
+    assert document["paths"][RECORD]["get"]["operationId"] == "getApplicant"
+    for path in served:
+        assert document["paths"][path]["get"]["description"], path
+
+
+def _query_parameters(document: Document, path: str) -> dict[str, dict[str, Any]]:
+    return {
+        parameter["name"]: parameter
+        for parameter in document["paths"][path]["get"]["parameters"]
+        if parameter["in"] == "query"
+    }
+
+
+async def test_query_parameters_are_documented_with_their_rules(document: Document) -> None:
+    listed = _query_parameters(document, LIST)
+    single = _query_parameters(document, RECORD)
+    assert set(listed) == SHARED_PARAMETERS | LIST_ONLY_PARAMETERS
+    assert set(single) == SHARED_PARAMETERS
+    for name, parameter in (listed | single).items():
+        assert parameter["required"] is False, name
+        assert parameter["description"], name
+        assert parameter["schema"]["type"] in ("string", "integer"), name
+    bounds = {
+        name: {key: listed[name]["schema"].get(key) for key in ("minimum", "maximum", "default")}
+        for name in ("offset", "limit", "changed_since")
+    }
+    assert bounds == {
+        "offset": {"minimum": 0, "maximum": 2**63 - 1, "default": 0},
+        "limit": {"minimum": 1, "maximum": 250, "default": 100},
+        "changed_since": {"minimum": 0, "maximum": 2**63 - 1, "default": None},
+    }
+    order_by = listed["order-by"]
+    assert order_by["schema"]["default"] == "created_at:desc"
+    assert "field[:asc|desc]" in order_by["description"]
+    assert "at most 4" in order_by["description"]
+    for field in SORTABLE:
+        assert field in order_by["description"], field
+    assert listed["phone_1"]["schema"]["pattern"] == "^[0-9]{10}$"
+    for bound in ("updated_at_gte", "updated_at_lte", "last_seen_gte", "last_seen_lte"):
+        assert "YYYY-MM-DD" in listed[bound]["description"], bound
+    path_id = document["paths"][RECORD]["get"]["parameters"][0]
+    assert (path_id["name"], path_id["in"], path_id["required"]) == ("id", "path", True)
+    for path in (LIST, RECORD):
+        headers = {
+            p["name"] for p in document["paths"][path]["get"]["parameters"] if p["in"] == "header"
+        }
+        assert headers == {"If-None-Match", "X-Request-ID"}
+
+
+async def test_bearer_scheme_guards_the_api_and_not_health(document: Document) -> None:
+    schemes = document["components"]["securitySchemes"]
+    assert schemes == {
+        "BearerToken": {
+            "type": "http",
+            "scheme": "bearer",
+            "description": "A token from `leasestar token create`.",
+        }
+    }
+    assert document["paths"][LIST]["get"]["security"] == [{"BearerToken": []}]
+    assert document["paths"][RECORD]["get"]["security"] == [{"BearerToken": []}]
+    assert not document["paths"][HEALTH]["get"].get("security")
+    assert not document.get("security")
+
+
+async def test_every_error_status_is_documented_with_the_error_body(document: Document) -> None:
+    expected = {
+        LIST: {400, 401, 405, 414, 429, 431, 500},
+        RECORD: {400, 401, 404, 405, 414, 429, 431, 500},
+        HEALTH: {400, 414, 431, 503},
+    }
+    for path, statuses in expected.items():
+        documented = document["paths"][path]["get"]["responses"]
+        assert {int(status) for status in documented if int(status) >= 400} == statuses
+        for status in statuses:
+            content = documented[str(status)]["content"]["application/json"]
+            assert content["schema"] == {"$ref": "#/components/schemas/ErrorBody"}
+            (example,) = content["examples"].values()
+            assert example["value"]["error"]["code"] == ERROR_CODES[status]
+            validator = response_validator(document, path, status)
+            assert validator.is_valid(example["value"]), (path, status)
+    detail = document["components"]["schemas"]["ErrorDetail"]
+    assert set(detail["required"]) == {"code", "message", "details"}
+
+
+def _component(document: Document, name: str) -> dict[str, Any]:
+    return dict(document["components"]["schemas"][name])
+
+
+def _nullable(schema: dict[str, Any]) -> bool:
+    variants = schema.get("oneOf") or schema.get("anyOf") or [schema]
+    return any(variant.get("type") == "null" for variant in variants)
+
+
+async def test_applicant_schema_is_the_served_record(client: Client, document: Document) -> None:
+    served = (await client.get(LIST, params={"limit": 1})).json()["results"][0]
+    applicant = _component(document, "Applicant")
+    # Every field, in the served order, always present.
+    assert list(applicant["properties"]) == list(served)
+    assert set(applicant["required"]) == set(served)
+    nullable = {name for name, schema in applicant["properties"].items() if _nullable(schema)}
+    assert nullable == set(served) - NEVER_NULL
+    for instant in ("created_at", "updated_at", "last_seen"):
+        assert applicant["properties"][instant] == {"type": "string", "format": "date-time"}
+    assert {"type": "string", "format": "date"} in applicant["properties"]["date_of_birth"]["oneOf"]
+    for nested in ("Application", "Pet", "Screening", "Income"):
+        schema = _component(document, nested)
+        assert set(schema["required"]) == set(schema["properties"]), nested
+
+
+def test_response_structs_have_the_record_fields_in_order() -> None:
+    """The served-shape Structs cannot drift from the Structs import and storage use."""
+    pairs = [
+        (responses.Applicant, records.Applicant),
+        (responses.Application, records.Application),
+        (responses.Pet, records.Pet),
+        (responses.Screening, records.Screening),
+        (responses.Income, records.Income),
+    ]
+    for served, stored in pairs:
+        assert served.__struct_fields__ == stored.__struct_fields__, served.__name__
+
+
+# --- real responses against the document ------------------------------------------------
+
+
+def remove_database(path: Path) -> None:
+    """Delete the database file (and its WAL files) from under a running server."""
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{path}{suffix}").unlink(missing_ok=True)
+
+
+def _first_id(db_path: Path) -> str:
+    connection = sqlite3.connect(db_path)
+    try:
+        return str(connection.execute("SELECT id FROM applicants ORDER BY id").fetchone()[0])
+    finally:
+        connection.close()
+
+
+async def test_pages_conform(client: Client, document: Document) -> None:
+    first = await client.get(LIST, params={"limit": 7, "order-by": "last_name,first_name:desc"})
+    assert first.status_code == 200
+    assert_conforms(document, LIST, first)
+    meta = first.json()["meta"]
+    assert meta["hasMore"]
+    assert meta["next"]
+
+    walked = await client.get(LIST, params={"cursor": meta["next"]})
+    assert walked.status_code == 200
+    assert_conforms(document, LIST, walked)
+
+    sync = await client.get(LIST, params={"changed_since": 0, "limit": 5})
+    assert sync.status_code == 200
+    assert "changeSeq" in sync.json()["meta"]
+    assert_conforms(document, LIST, sync)
+
+    past_end = await client.get(LIST, params={"offset": 10_000})
+    assert past_end.json()["results"] == []
+    assert_conforms(document, LIST, past_end)
+
+    full = await client.get(LIST, params={"limit": 250})
+    for body in (first, walked, sync, full):
+        msgspec.json.decode(body.content, type=responses.ApplicantList, strict=True)
+
+
+async def test_record_and_not_modified_conform(
+    client: Client, document: Document, seeded_db: Path
+) -> None:
+    url = f"/v1/applicants/{_first_id(seeded_db)}"
+    record = await client.get(url)
+    assert record.status_code == 200
+    assert_conforms(document, RECORD, record)
+    msgspec.json.decode(record.content, type=responses.ApplicantSingle, strict=True)
+
+    again = await client.get(url, headers={"If-None-Match": record.headers["etag"]})
+    assert again.status_code == 304
+    assert_conforms(document, RECORD, again)
+
+
+async def test_error_responses_conform(client: Client, document: Document) -> None:
+    cases = [
+        (LIST, await client.get(LIST, params={"limit": 0}), 400),
+        (LIST, await client.get(LIST, params={"nope": 1}), 400),
+        (LIST, await client.get(LIST, headers={"Authorization": "Bearer nope"}), 401),
+        (RECORD, await client.get("/v1/applicants/app_missing"), 404),
+        (RECORD, await client.get("/v1/nothing/here"), 404),
+        (LIST, await client.post(LIST), 405),
+        (LIST, await client.get(LIST + "?order-by=" + "x" * 9000), 414),
+        (LIST, await client.get(LIST, headers={"X-Padding": "p" * 17_000}), 431),
+        (HEALTH, await client.get(HEALTH + "?" + "&".join(["a=1"] * 70)), 400),
+    ]
+    for path, response, status in cases:
+        assert response.status_code == status, (path, status, response.text)
+        assert response.json()["error"]["code"] == ERROR_CODES[status]
+        assert_conforms(document, path, response)
+
+
+async def test_internal_error_conforms(
+    client: Client, document: Document, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def broken(*_: object) -> None:
+        raise RuntimeError("SELECT secret FROM /var/lib/leasestar")
+
+    monkeypatch.setattr(ApplicantReader, "fetch_page", broken)
+    response = await client.get(LIST)
+    assert response.status_code == 500
+    assert "secret" not in response.text
+    assert "/var" not in response.text
+    assert_conforms(document, LIST, response)
+
+
+@pytest.fixture
+async def limited_client(seeded_db: Path, token: str) -> AsyncIterator[Client]:
+    app = create_app(Settings(db_path=seeded_db, rate_limit=RateLimit(2, "minute")))
+    async with AsyncTestClient(app=app) as test_client:
+        test_client.headers["Authorization"] = f"Bearer {token}"
+        yield test_client
+
+
+async def test_rate_limited_responses_conform(limited_client: Client, document: Document) -> None:
+    ok = await limited_client.get(LIST, params={"limit": 1})
+    assert ok.status_code == 200
+    assert ok.headers["x-ratelimit-limit"] == "2"
+    assert_conforms(document, LIST, ok)
+    await limited_client.get(LIST, params={"limit": 1})
+    refused = await limited_client.get(LIST, params={"limit": 1})
+    assert refused.status_code == 429
+    assert int(refused.headers["retry-after"]) > 0
+    assert_conforms(document, LIST, refused)
+
+
+async def test_health_conforms(client: Client, document: Document, seeded_db: Path) -> None:
+    healthy = await client.get(HEALTH, headers={"Authorization": ""})
+    assert (healthy.status_code, healthy.json()) == (200, {"status": "ok"})
+    assert_conforms(document, HEALTH, healthy)
+    remove_database(seeded_db)
+    broken = await client.get(HEALTH)
+    assert broken.status_code == 503
+    assert_conforms(document, HEALTH, broken)
+    assert json.loads(broken.content)["error"]["message"] == "the database is unavailable"
