@@ -8,6 +8,7 @@ from hand-built records whose outcome is known by construction.
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
 from collections import Counter
 from collections.abc import AsyncIterator, Callable
@@ -933,3 +934,88 @@ async def test_single_route_empty_values_mean_absent(client: Client, records: li
     )
     assert response.status_code == 200
     assert response.json()["meta"]["limit"] == 100
+
+
+# --- the applicant JSON -----------------------------------------------------------------
+
+APPLICANT_KEYS = {
+    "id", "created_at", "updated_at", "last_seen", "x_id", "x_property_id", "x_lead_id",
+    "x_unit_id", "x_unit_id_preferred", "x_lease_id", "property_id", "unit_id_preferred",
+    "integration_id", "integration_vendor", "first_name", "middle_name", "last_name",
+    "email_1", "email_2", "phone_1", "phone_1_type", "phone_2", "phone_2_type",
+    "date_of_birth", "address_1", "address_1_alternate", "address_2", "address_2_alternate",
+    "city", "city_alternate", "state", "state_alternate", "zip", "zip_alternate", "country",
+    "country_alternate", "notes", "type_normalized", "type_raw", "custom_data",
+    "applications", "pets", "screenings", "self_reported_income",
+}  # fmt: skip
+APPLICATION_KEYS = {
+    "applicant_id", "application_id", "status_raw", "status_normalized", "status", "custom_data",
+}  # fmt: skip
+PET_KEYS = {
+    "id", "created_at", "updated_at", "last_seen", "x_id", "age_in_years", "breed", "color",
+    "gender_raw", "is_declawed", "is_fixed", "is_service_animal", "is_trained",
+    "is_vaccinated", "name", "notes", "type", "weight_in_pounds", "custom_data",
+}  # fmt: skip
+SCREENING_KEYS = {"id", "created_at", "last_seen", "x_id", "status_raw", "screening_date"}
+INCOME_KEYS = {"amount_in_cents", "amount_raw", "type_normalized", "type_raw"}
+SERVED_INSTANT = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z")
+
+
+async def test_every_served_record_has_every_field_in_the_served_forms(client: Client) -> None:
+    results = await every_page(client, {"order-by": "id"}, limit=250)
+    assert len(results) == SEEDED
+    for record in results:
+        assert set(record) == APPLICANT_KEYS
+        for name in ("created_at", "updated_at", "last_seen"):
+            assert SERVED_INSTANT.fullmatch(record[name]), record[name]
+        assert record["date_of_birth"] is None or re.fullmatch(
+            r"\d{4}-\d{2}-\d{2}", record["date_of_birth"]
+        )
+        assert isinstance(record["custom_data"], dict)
+        for application in record["applications"]:
+            assert set(application) == APPLICATION_KEYS
+            assert application["applicant_id"] == record["x_id"]
+        for pet in record["pets"]:
+            assert set(pet) == PET_KEYS
+            for name in ("created_at", "updated_at", "last_seen"):
+                assert SERVED_INSTANT.fullmatch(pet[name])
+        for screening in record["screenings"]:
+            assert set(screening) == SCREENING_KEYS
+            for name in ("created_at", "last_seen", "screening_date"):
+                assert SERVED_INSTANT.fullmatch(screening[name])
+        for income in record["self_reported_income"]:
+            assert set(income) == INCOME_KEYS
+
+
+async def test_minimal_record_is_served_with_nulls_and_empty_collections(
+    empty_client: Client, db: sqlite3.Connection
+) -> None:
+    custom = {"b": [1, 2.5, None, {"z": "ü"}], "a": {"nested": True}}
+    write_records(
+        db,
+        [
+            applicant(
+                1,
+                created_at="2024-03-01T12:34:56.789999+02:00",  # sub-ms digits truncated
+                updated_at="2024-03-01",
+                last_seen="2024-03-01T23:59 05:30",
+                custom_data=custom,
+            )
+        ],
+    )
+    response = await empty_client.get("/v1/applicants/app_hand_001")
+    record = response.json()["results"]
+    assert set(record) == APPLICANT_KEYS
+    assert record["created_at"] == "2024-03-01T10:34:56.789Z"
+    assert record["updated_at"] == "2024-03-01T00:00:00.000Z"
+    assert record["last_seen"] == "2024-03-01T18:29:00.000Z"
+    assert record["custom_data"] == custom
+    for name in ("x_unit_id_preferred", "unit_id_preferred", "applications", "pets",
+                 "screenings", "self_reported_income"):  # fmt: skip
+        assert record[name] == [], name
+    nulls = APPLICANT_KEYS - {
+        "id", "created_at", "updated_at", "last_seen", "x_id", "x_property_id", "property_id",
+        "integration_id", "integration_vendor", "custom_data", "x_unit_id_preferred",
+        "unit_id_preferred", "applications", "pets", "screenings", "self_reported_income",
+    }  # fmt: skip
+    assert {name: record[name] for name in nulls} == dict.fromkeys(nulls)
