@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 LINTED := app seed tests benchmarks
 
-.PHONY: install run test lint format bench clean
+.PHONY: install run test lint format bench clean docs-check
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -33,6 +33,12 @@ lint: install
 format: install
 	$(BIN)/ruff format $(LINTED)
 	$(BIN)/ruff check --fix $(LINTED)
+
+## Render /schema in headless Chromium (installed from Debian if missing) against a real
+## server on a free port, assert the operations rendered, save docs/api-docs.png.
+docs-check: install
+	command -v chromium >/dev/null || (apt-get update && apt-get install -y chromium)
+	$(BIN)/python tests/docs_check.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
