@@ -101,4 +101,6 @@ class ServiceController(Controller):
         metrics: Metrics = request.app.state.metrics
         metrics.applicants.set(await reader.total_rows())
         body, content_type = metrics.render()
-        return Response(content=body, media_type=content_type)
+        # Set as is: Litestar would append a second `charset` to a text/* media type, and
+        # Prometheus 3 refuses a malformed Content-Type.
+        return Response(content=body, headers={"content-type": content_type})
