@@ -1,0 +1,210 @@
+"""HTTP conventions: compression on request above a minimum size, ETag and
+If-None-Match on both GET routes, and HEAD answered like GET without the body."""
+
+from __future__ import annotations
+
+import gzip
+import sqlite3
+from pathlib import Path
+
+import brotli
+import pytest
+from litestar.testing import AsyncTestClient
+
+from app.applicants.ingest import write_records
+from app.auth import create_token
+from app.config import Settings
+from app.database import open_for_write
+from app.main import create_app
+from seed.generator import synthetic_applicants
+
+Client = AsyncTestClient  # type: ignore[type-arg]
+MINIMUM_SIZE = 1024  # the compression threshold, README "Settings"
+LIST = "/v1/applicants"
+
+
+@pytest.fixture
+def seeded_db(seeded_copy: Path) -> Path:
+    return seeded_copy
+
+
+@pytest.fixture
+def applicant_id(seeded_db: Path) -> str:
+    connection = sqlite3.connect(seeded_db)
+    try:
+        return str(connection.execute("SELECT min(id) FROM applicants").fetchone()[0])
+    finally:
+        connection.close()
+
+
+async def _raw(client: Client, url: str, accept_encoding: str) -> tuple[dict[str, str], bytes]:
+    """Headers and body bytes exactly as sent (httpx would otherwise decode them)."""
+    async with client.stream("GET", url, headers={"Accept-Encoding": accept_encoding}) as response:
+        body = b"".join([chunk async for chunk in response.aiter_raw()])
+        return dict(response.headers), body
+
+
+# --- compression ------------------------------------------------------------------------
+
+
+async def test_gzip_when_asked(client: Client) -> None:
+    _, plain = await _raw(client, LIST, "identity")
+    headers, body = await _raw(client, LIST, "gzip")
+    assert len(plain) > MINIMUM_SIZE
+    assert headers["content-encoding"] == "gzip"
+    assert "accept-encoding" in headers["vary"].lower()
+    assert gzip.decompress(body) == plain
+    assert len(body) < len(plain) / 3
+
+
+async def test_brotli_when_asked_and_preferred_over_gzip(client: Client) -> None:
+    _, plain = await _raw(client, LIST, "identity")
+    for accepted in ("br", "gzip, deflate, br", "br;q=1.0, gzip;q=0.5"):
+        headers, body = await _raw(client, LIST, accepted)
+        assert headers["content-encoding"] == "br", accepted
+        assert brotli.decompress(body) == plain
+
+
+async def test_no_compression_unless_asked(client: Client) -> None:
+    for accepted in ("identity", ""):
+        headers, body = await _raw(client, LIST, accepted)
+        assert "content-encoding" not in headers, accepted
+        assert body.startswith(b'{"meta":')
+
+
+async def test_no_compression_below_the_minimum_size(client: Client) -> None:
+    for url in ("/health", f"{LIST}?limit=250&x_property_id=none"):
+        headers, body = await _raw(client, url, "gzip, br")
+        assert len(body) < MINIMUM_SIZE, url
+        assert "content-encoding" not in headers, url
+
+
+async def test_compression_can_be_turned_off(seeded_db: Path, token: str) -> None:
+    app = create_app(Settings(db_path=seeded_db, compression=False))
+    async with AsyncTestClient(app=app) as client:
+        client.headers["Authorization"] = f"Bearer {token}"
+        headers, body = await _raw(client, LIST, "gzip, br")
+    assert "content-encoding" not in headers
+    assert len(body) > MINIMUM_SIZE
+
+
+# --- ETag and If-None-Match ---------------------------------------------------------------
+
+
+@pytest.fixture
+def urls(applicant_id: str) -> tuple[str, ...]:
+    return (LIST, f"{LIST}?limit=5&order-by=last_name", f"{LIST}/{applicant_id}")
+
+
+async def test_etag_on_both_get_routes_and_stable(client: Client, urls: tuple[str, ...]) -> None:
+    tags = []
+    for url in urls:
+        first = await client.get(url)
+        second = await client.get(url)
+        assert first.status_code == 200
+        assert first.headers["etag"].startswith('W/"')
+        assert first.headers["etag"] == second.headers["etag"], url
+        tags.append(first.headers["etag"])
+    assert len(set(tags)) == len(urls), "different requests, different validators"
+
+
+@pytest.mark.parametrize("form", ["exact", "in-a-list", "star"])
+async def test_if_none_match_answers_304_with_no_body(
+    client: Client, urls: tuple[str, ...], form: str
+) -> None:
+    for url in urls:
+        etag = (await client.get(url)).headers["etag"]
+        sent = {"exact": etag, "in-a-list": f'W/"other", {etag}', "star": "*"}[form]
+        response = await client.get(url, headers={"If-None-Match": sent})
+        assert response.status_code == 304, url
+        assert response.content == b""
+        assert response.headers["etag"] == etag
+        assert "content-encoding" not in response.headers
+
+
+async def test_a_stale_etag_gets_the_full_answer(client: Client, urls: tuple[str, ...]) -> None:
+    for url in urls:
+        response = await client.get(url, headers={"If-None-Match": 'W/"0-0000000000000000"'})
+        assert response.status_code == 200
+        assert response.json()["results"]
+
+
+async def test_a_write_changes_the_etag(
+    client: Client, urls: tuple[str, ...], seeded_db: Path
+) -> None:
+    before = {url: (await client.get(url)).headers["etag"] for url in urls}
+    connection = open_for_write(seeded_db)
+    try:
+        write_records(connection, synthetic_applicants(1, seed=4321))
+    finally:
+        connection.close()
+    for url in urls:
+        response = await client.get(url, headers={"If-None-Match": before[url]})
+        assert response.status_code == 200, url
+        assert response.headers["etag"] != before[url]
+
+
+async def test_the_etag_depends_on_the_token_scope(
+    client: Client, seeded_db: Path, db: sqlite3.Connection
+) -> None:
+    (integration,) = (
+        sqlite3.connect(seeded_db)
+        .execute("SELECT integration_id FROM applicants LIMIT 1")
+        .fetchone()
+    )
+    scoped = create_token(db, "scoped", (integration,))
+    everything = await client.get(LIST)
+    narrowed = await client.get(LIST, headers={"Authorization": f"Bearer {scoped}"})
+    assert everything.headers["etag"] != narrowed.headers["etag"]
+    refused = await client.get(
+        LIST,
+        headers={"Authorization": f"Bearer {scoped}", "If-None-Match": everything.headers["etag"]},
+    )
+    assert refused.status_code == 200
+
+
+# --- HEAD -------------------------------------------------------------------------------
+
+_PER_REQUEST = {"x-request-id", "date"}
+
+
+@pytest.fixture
+def plain_client(client: Client) -> Client:
+    client.headers["Accept-Encoding"] = "identity"
+    return client
+
+
+async def test_head_is_get_without_the_body(plain_client: Client, urls: tuple[str, ...]) -> None:
+    for url in (*urls, "/health", f"{LIST}/app_missing", f"{LIST}?limit=0"):
+        got = await plain_client.get(url)
+        head = await plain_client.head(url)
+        assert head.status_code == got.status_code, url
+        assert head.content == b""
+        assert int(head.headers["content-length"]) == len(got.content), url
+        same = {k: v for k, v in got.headers.items() if k not in _PER_REQUEST}
+        assert {k: v for k, v in head.headers.items() if k not in _PER_REQUEST} == same, url
+
+
+async def test_head_of_a_compressed_answer(client: Client) -> None:
+    client.headers["Accept-Encoding"] = "gzip"
+    got = await client.get(LIST)
+    head = await client.head(LIST)
+    assert (got.headers["content-encoding"], head.headers["content-encoding"]) == ("gzip", "gzip")
+    assert head.headers["content-length"] == got.headers["content-length"]
+    assert head.content == b""
+
+
+async def test_head_with_if_none_match(plain_client: Client, urls: tuple[str, ...]) -> None:
+    for url in urls:
+        etag = (await plain_client.head(url)).headers["etag"]
+        response = await plain_client.head(url, headers={"If-None-Match": etag})
+        assert response.status_code == 304
+        assert response.content == b""
+
+
+async def test_head_needs_the_token_like_get(plain_client: Client) -> None:
+    plain_client.headers.pop("Authorization")
+    response = await plain_client.head(LIST)
+    assert response.status_code == 401
+    assert response.headers["www-authenticate"] == "Bearer"
+    assert response.content == b""
