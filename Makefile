@@ -34,6 +34,14 @@ format: install
 	$(BIN)/ruff format $(LINTED)
 	$(BIN)/ruff check --fix $(LINTED)
 
+## Benchmark the list path against its floors (issue 4): seeds 100k and 1M applicants
+## into benchmarks/work/ (reused), drives `leasestar serve` with wrk, and writes
+## benchmarks/RESULTS.md and benchmarks/list-bench.png. About 20 minutes on a fresh clone;
+## `make bench BENCH_ARGS=--quick` is a 3-minute development run (100k rows only).
+bench: install
+	$(BIN)/python -c 'import matplotlib' 2>/dev/null || $(BIN)/python -m pip install --quiet matplotlib
+	$(BIN)/python benchmarks/run.py $(BENCH_ARGS)
+
 ## Render /schema in headless Chromium (installed from Debian if missing) against a real
 ## server on a free port, assert the operations rendered, save docs/api-docs.png.
 docs-check: install

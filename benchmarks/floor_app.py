@@ -1,0 +1,34 @@
+"""The HTTP floor: a bare Litestar app that answers fixed bodies, nothing else.
+
+Served by uvicorn exactly as `leasestar serve` serves the real app (one worker, same
+loop and HTTP parser, pinned to the same core), it measures what HTTP, ASGI and
+Litestar's routing cost for a response of a given size. `run.py` saves the body of each
+benchmark case to `$BENCH_FLOOR_DIR/<case>.json`; this app serves each file, byte for
+byte, at `GET /floor/<case>`, plus `GET /floor/tiny` (a 2-byte body).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from litestar import Litestar, MediaType, Response, get
+from litestar.handlers import HTTPRouteHandler
+
+
+def _fixed(path: str, body: bytes) -> HTTPRouteHandler:
+    @get(path, media_type=MediaType.JSON, name=path)
+    async def answer() -> Response[bytes]:
+        return Response(content=body, media_type=MediaType.JSON)
+
+    return answer
+
+
+def create_floor_app() -> Litestar:
+    """One route per saved body, for `uvicorn --factory floor_app:create_floor_app`."""
+    folder = Path(os.environ["BENCH_FLOOR_DIR"])
+    handlers = [_fixed("/floor/tiny", b"{}")]
+    handlers += [
+        _fixed(f"/floor/{file.stem}", file.read_bytes()) for file in sorted(folder.glob("*.json"))
+    ]
+    return Litestar(route_handlers=handlers)
