@@ -298,27 +298,35 @@ def build_parser(settings: Settings) -> argparse.ArgumentParser:
     serve = commands.add_parser(
         "serve", parents=[common], help="run the API (creates and seeds a new database)"
     )
-    serve.add_argument("--host", default=settings.host, help="bind address (env LEASESTAR_HOST)")
     serve.add_argument(
-        "--port", type=_port, default=settings.port, help="port (env LEASESTAR_PORT)"
+        "--host",
+        default=settings.host,
+        help="bind address (env LEASESTAR_HOST, default %(default)s)",
+    )
+    serve.add_argument(
+        "--port",
+        type=_port,
+        default=settings.port,
+        help="port (env LEASESTAR_PORT, default %(default)s)",
     )
     serve.add_argument(
         "--workers",
         type=_positive,
         default=settings.workers,
-        help="worker processes (env LEASESTAR_WORKERS)",
+        help="worker processes (env LEASESTAR_WORKERS, default %(default)s)",
     )
     serve.add_argument(
         "--read-connections",
         type=_positive,
         default=settings.read_connections,
-        help="read-only SQLite connections per worker (env LEASESTAR_READ_CONNECTIONS)",
+        help="read-only SQLite connections per worker "
+        "(env LEASESTAR_READ_CONNECTIONS, default %(default)s)",
     )
     serve.add_argument(
         "--log-format",
         type=_log_format,
         default=settings.log_format,
-        help="access log: json, text or off (env LEASESTAR_LOG_FORMAT)",
+        help="access log: json, text or off (env LEASESTAR_LOG_FORMAT, default %(default)s)",
     )
     serve.add_argument(
         "--rate-limit",
@@ -331,7 +339,8 @@ def build_parser(settings: Settings) -> argparse.ArgumentParser:
         "--compression",
         action=argparse.BooleanOptionalAction,
         default=settings.compression,
-        help="brotli/gzip responses when the client asks (env LEASESTAR_COMPRESSION)",
+        help="brotli/gzip responses of 1 KiB or more when the client asks "
+        f"(env LEASESTAR_COMPRESSION=on|off, default {'on' if settings.compression else 'off'})",
     )
     serve.add_argument(
         "--demo-token", action="store_true", help="create a fresh demo token and print a curl line"

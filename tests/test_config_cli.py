@@ -1,0 +1,259 @@
+"""Settings from `LEASESTAR_*` variables and `leasestar` flags (app/config.py, app/cli.py):
+every setting reachable both ways and listed in the README, help and version complete,
+a bad value one line on stderr and a non-zero exit."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import subprocess
+import sys
+from importlib.metadata import version
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from app import cli
+from app.config import RateLimit, Settings
+from app.database import open_for_write
+
+ROOT = Path(__file__).resolve().parent.parent
+LEASESTAR = Path(sys.executable).with_name("leasestar")
+
+# Each setting: its variable, its flag, a valid value, what it becomes, its default.
+SETTINGS: dict[str, tuple[str, str, str, Any, str]] = {
+    "db_path": ("LEASESTAR_DB", "--db", "/tmp/x.db", Path("/tmp/x.db"), "./leasestar.db"),
+    "host": ("LEASESTAR_HOST", "--host", "0.0.0.0", "0.0.0.0", "127.0.0.1"),
+    "port": ("LEASESTAR_PORT", "--port", "9001", 9001, "8000"),
+    "workers": ("LEASESTAR_WORKERS", "--workers", "3", 3, "1"),
+    "read_connections": ("LEASESTAR_READ_CONNECTIONS", "--read-connections", "4", 4, "2"),
+    "log_format": ("LEASESTAR_LOG_FORMAT", "--log-format", "text", "text", "json"),
+    "rate_limit": (
+        "LEASESTAR_RATE_LIMIT",
+        "--rate-limit",
+        "5/second",
+        RateLimit(5, "second"),
+        "600/minute",
+    ),
+    "compression": ("LEASESTAR_COMPRESSION", "--compression", "off", False, "on"),
+}
+INVALID = {
+    "LEASESTAR_PORT": "http",
+    "LEASESTAR_WORKERS": "0",
+    "LEASESTAR_READ_CONNECTIONS": "many",
+    "LEASESTAR_LOG_FORMAT": "yaml",
+    "LEASESTAR_RATE_LIMIT": "fast",
+    "LEASESTAR_COMPRESSION": "maybe",
+}
+
+
+@pytest.fixture(autouse=True)
+def environment(monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    """A private copy of the environment without LEASESTAR_* (serve writes to it)."""
+    copy = {k: v for k, v in os.environ.items() if not k.startswith("LEASESTAR_")}
+    monkeypatch.setattr(os, "environ", copy)
+    return copy
+
+
+def _help(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
+    with pytest.raises(SystemExit) as exit_:
+        cli.main([*argv, "--help"])
+    assert exit_.value.code == 0
+    return capsys.readouterr().out
+
+
+def test_every_setting_is_covered_here() -> None:
+    assert {field.name for field in dataclasses.fields(Settings)} == set(SETTINGS)
+
+
+# --- help and version -------------------------------------------------------------------
+
+
+def test_top_level_help_and_version_from_the_console_script() -> None:
+    shown = subprocess.run(
+        [LEASESTAR, "--help"], capture_output=True, text=True, check=True, timeout=60
+    )
+    for command in ("serve", "seed", "import", "export", "token"):
+        assert re.search(rf"^\s+{command}\s+\S", shown.stdout, re.MULTILINE), command
+    assert "--version" in shown.stdout
+    printed = subprocess.run(
+        [LEASESTAR, "--version"], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert printed.stdout.strip() == f"leasestar {version('leasestar')}"
+
+
+def test_serve_help_names_every_setting_its_variable_and_default(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    shown = " ".join(_help(capsys, "serve").split())  # unwrap argparse's line breaks
+    for variable, flag, _, _, default in SETTINGS.values():
+        assert flag in shown, flag
+        assert f"env {variable}" in shown, variable
+        assert f"default {default}" in shown, (variable, default)
+    assert "--no-compression" in shown
+    assert "--demo-token" in shown
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (("seed",), ("--count", "--seed", "--db")),
+        (("import",), ("FILE", "--db")),
+        (("export",), ("FILE", "--db")),
+        (("token",), ("create", "list", "revoke")),
+        (("token", "create"), ("--name", "--integration", "--db")),
+        (("token", "list"), ("--db",)),
+        (("token", "revoke"), ("NAME", "--db")),
+    ],
+)
+def test_each_command_has_complete_help(
+    capsys: pytest.CaptureFixture[str], argv: tuple[str, ...], expected: tuple[str, ...]
+) -> None:
+    shown = " ".join(_help(capsys, *argv).split())
+    assert shown.startswith(f"usage: leasestar {' '.join(argv)}")
+    for word in expected:
+        assert word in shown, word
+    if "--db" in expected:
+        assert "env LEASESTAR_DB, default ./leasestar.db" in shown
+
+
+# --- where each setting comes from ------------------------------------------------------
+
+
+def test_defaults_without_any_variable() -> None:
+    assert Settings.from_env() == Settings(
+        db_path=Path("./leasestar.db"),
+        host="127.0.0.1",
+        port=8000,
+        workers=1,
+        read_connections=2,
+        log_format="json",
+        rate_limit=RateLimit(600, "minute"),
+        compression=True,
+    )
+
+
+def test_every_variable_is_read(environment: dict[str, str]) -> None:
+    for variable, _, text, _, _ in SETTINGS.values():
+        environment[variable] = text
+    settings = Settings.from_env()
+    for field, (*_, expected, _) in SETTINGS.items():
+        assert getattr(settings, field) == expected, field
+
+
+@pytest.mark.parametrize("text", ["off", "0", "none", "OFF"])
+def test_rate_limit_can_be_turned_off(environment: dict[str, str], text: str) -> None:
+    environment["LEASESTAR_RATE_LIMIT"] = text
+    assert Settings.from_env().rate_limit is None
+
+
+def test_a_flag_wins_over_its_variable(environment: dict[str, str]) -> None:
+    environment.update(LEASESTAR_PORT="9000", LEASESTAR_LOG_FORMAT="off", LEASESTAR_DB="env.db")
+    parser = cli.build_parser(Settings.from_env())
+    from_env = parser.parse_args(["serve"])
+    assert (from_env.port, from_env.log_format, from_env.db) == (9000, "off", "env.db")
+    flagged = parser.parse_args(
+        ["serve", "--port", "9100", "--log-format", "text", "--db", "flag.db"]
+    )
+    assert (flagged.port, flagged.log_format, flagged.db) == (9100, "text", "flag.db")
+
+
+def test_serve_hands_every_flag_to_the_server(
+    tmp_path: Path, environment: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Workers are separate processes: the settings reach them through the environment."""
+    import uvicorn
+
+    calls: list[dict[str, Any]] = []
+    monkeypatch.setattr(uvicorn, "run", lambda *args, **kwargs: calls.append(kwargs))
+    database = tmp_path / "served.db"
+    open_for_write(database).close()  # existing: no demo seeding
+    argv = ["serve", "--db", str(database)]
+    for field, (_, flag, text, _, _) in SETTINGS.items():
+        if field == "compression":
+            argv.append("--no-compression")
+        elif field != "db_path":
+            argv += [flag, text]
+    assert cli.main(argv) == 0
+    (call,) = calls
+    assert (call["host"], call["port"], call["workers"]) == ("0.0.0.0", 9001, 3)
+    assert call["factory"] is True
+    served = Settings.from_env()  # what create_app_from_env builds in each worker
+    assert served.db_path == database
+    assert served.read_connections == 4
+    assert served.log_format == "text"
+    assert served.rate_limit == RateLimit(5, "second")
+    assert served.compression is False
+
+
+# --- invalid values ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("variable", "value"), INVALID.items())
+def test_an_invalid_variable_is_one_line_and_a_non_zero_exit(
+    environment: dict[str, str],
+    capsys: pytest.CaptureFixture[str],
+    variable: str,
+    value: str,
+) -> None:
+    environment[variable] = value
+    status = cli.main(["token", "list", "--db", "unused.db"])
+    out, err = capsys.readouterr()
+    assert status != 0
+    assert out == ""
+    (line,) = err.splitlines()
+    assert line.startswith(f"leasestar: {variable} must be"), line
+    assert repr(value) in line
+
+
+def test_an_invalid_variable_through_the_console_script(tmp_path: Path) -> None:
+    environment = {**os.environ, "LEASESTAR_LOG_FORMAT": "xml"}
+    result = subprocess.run(
+        [LEASESTAR, "seed", "--count", "1", "--db", str(tmp_path / "x.db")],
+        capture_output=True,
+        text=True,
+        env=environment,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        "leasestar: LEASESTAR_LOG_FORMAT must be json, text or off; got 'xml'"
+    ]
+    assert not (tmp_path / "x.db").exists()
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "message"),
+    [
+        ("--port", "70000", "must be an integer between 0 and 65535"),
+        ("--workers", "0", "must be a positive integer"),
+        ("--log-format", "xml", "must be json, text or off"),
+        ("--rate-limit", "lots", "must be N/second, N/minute, N/hour, N/day or off"),
+    ],
+)
+def test_an_invalid_flag_names_itself(
+    capsys: pytest.CaptureFixture[str], flag: str, value: str, message: str
+) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["serve", flag, value])
+    assert exit_.value.code == 2
+    error = capsys.readouterr().err.splitlines()[-1]
+    assert error.startswith(f"leasestar serve: error: argument {flag}")
+    assert message in error
+
+
+# --- the README ---------------------------------------------------------------------------
+
+
+def test_the_readme_lists_every_setting_with_its_flag_and_default() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    for variable, flag, _, _, default in SETTINGS.values():
+        row = next(
+            (line for line in readme.splitlines() if line.startswith(f"| `{variable}`")), None
+        )
+        assert row is not None, variable
+        assert f"`{default}`" in row, (variable, default)
+        assert f"`{flag}" in row, (variable, flag)
