@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import signal
 import sqlite3
 import sys
 import time
@@ -88,6 +89,10 @@ def seed_database(path: Path, count: int, seed: int) -> int:
         connection.close()
 
 
+def _exit_cleanly(signum: int, frame: object) -> None:
+    raise SystemExit(0)
+
+
 def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
@@ -124,6 +129,11 @@ def _serve(args: argparse.Namespace) -> int:
         LEASESTAR_RATE_LIMIT=args.rate_limit,
         LEASESTAR_COMPRESSION="on" if args.compression else "off",
     )
+    # On SIGTERM uvicorn drains the requests in flight, then raises the signal again, so
+    # the process would end killed by it even after a clean drain. This handler is the
+    # one uvicorn restores before raising it: a drained server exits 0, as it does with
+    # --workers > 1 (and a SIGTERM that comes before uvicorn listens exits 0 at once).
+    signal.signal(signal.SIGTERM, _exit_cleanly)
     uvicorn.run(
         "app.main:create_app_from_env",
         factory=True,

@@ -72,6 +72,9 @@ def open_for_write(path: Path) -> sqlite3.Connection:
                     f"database {path} has schema version {version}; this leasestar "
                     f"understands up to {SCHEMA_VERSION}: upgrade leasestar"
                 )
+            # Version 0 with tables: another application's database, not ours to change.
+            if version == 0 and connection.execute("SELECT 1 FROM sqlite_master").fetchone():
+                raise DatabaseError(f"not a leasestar database: {path} (it holds other tables)")
         connection.execute("PRAGMA journal_mode = WAL")
         connection.executescript(
             "BEGIN IMMEDIATE;"

@@ -1,0 +1,320 @@
+"""Faults (issue 5, part 4): bad database files, a write lock held by an import, SIGTERM.
+
+- `leasestar serve` on a file it must not use (missing directory, unreadable, not SQLite,
+  damaged, another application's SQLite file, a newer schema) ends at once with one line
+  on stderr and a non-zero exit, and leaves the file byte for byte as it was.
+- An import holding the write lock, pending rows and all, never fails a read: the API
+  answers from the last committed snapshot.
+- SIGTERM to a real server drains the requests in flight: every one gets its complete
+  200, and the process exits 0.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import socket
+import sqlite3
+import subprocess
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import brotli
+import pytest
+from litestar.testing import AsyncTestClient
+
+from app.applicants.ingest import ApplicantWriter
+from app.applicants.records import Applicant
+from app.config import Settings
+from app.main import create_app
+from tests.test_hardening import (
+    ROOT,
+    clean_env,
+    copy_database,
+    free_port,
+    leasestar_command,
+    new_token,
+    query_one,
+    serve,
+)
+
+Client = AsyncTestClient  # type: ignore[type-arg]
+LIST = "/v1/applicants"
+
+
+# --- serve refuses files it must not use ----------------------------------------------
+
+
+def snapshot(directory: Path) -> dict[str, str]:
+    """Every file under `directory` with the SHA-256 of its bytes."""
+    return {
+        str(path.relative_to(directory)): hashlib.sha256(path.read_bytes()).hexdigest()
+        if path.is_file()
+        else "<dir>"
+        for path in sorted(directory.rglob("*"))
+    }
+
+
+def serve_refuses(db: Path) -> str:
+    """Run `leasestar serve --db DB`; it must end non-zero with one line on stderr."""
+    result = subprocess.run(
+        [*leasestar_command(), "serve", "--db", str(db), "--port", str(free_port())],
+        cwd=ROOT,
+        env=clean_env(),
+        capture_output=True,
+        timeout=120,
+        check=False,
+    )
+    stderr = result.stderr.decode()
+    assert result.returncode != 0, stderr
+    assert stderr.endswith("\n")
+    assert stderr.count("\n") == 1, stderr
+    assert stderr.startswith("leasestar: "), stderr
+    assert "Traceback" not in stderr
+    assert result.stdout == b""
+    return stderr.strip()
+
+
+def _sqlite_file(path: Path, *statements: str) -> Path:
+    connection = sqlite3.connect(path)
+    try:
+        for statement in statements:
+            connection.execute(statement)
+        connection.commit()
+    finally:
+        connection.close()
+    return path
+
+
+def _damaged(path: Path) -> Path:
+    """A real SQLite file whose header survives but whose pages are overwritten."""
+    _sqlite_file(path, "CREATE TABLE t (x)", "INSERT INTO t VALUES (1)")
+    data = bytearray(path.read_bytes())
+    data[100:] = bytes((n * 37 + 11) % 256 for n in range(len(data) - 100))
+    path.write_bytes(bytes(data))
+    return path
+
+
+BAD_FILES = {
+    "text": lambda p: p.write_text("name,email\nAnn,ann@example.com\n") and p,
+    "random-bytes": lambda p: p.write_bytes(bytes(range(256)) * 16) and p,
+    "truncated-sqlite": lambda p: (
+        _sqlite_file(p, "CREATE TABLE t (x)").write_bytes(p.read_bytes()[:40]) and p
+    ),
+    "damaged-sqlite": _damaged,
+    "another-applications-sqlite": lambda p: _sqlite_file(
+        p, "CREATE TABLE notes (body TEXT)", "INSERT INTO notes VALUES ('keep me')"
+    ),
+}
+
+
+@pytest.mark.parametrize("kind", list(BAD_FILES))
+def test_serve_refuses_a_file_that_is_not_a_leasestar_database(tmp_path: Path, kind: str) -> None:
+    db = tmp_path / "leasestar.db"
+    BAD_FILES[kind](db)
+    before = snapshot(tmp_path)
+    message = serve_refuses(db)
+    assert str(db) in message
+    assert snapshot(tmp_path) == before  # no byte changed, no -wal/-shm/-journal left
+
+
+def test_serve_refuses_a_newer_schema_version(tmp_path: Path, seeded_template: Path) -> None:
+    db = copy_database(seeded_template, tmp_path / "leasestar.db")
+    _sqlite_file(db, "PRAGMA journal_mode = DELETE", "PRAGMA user_version = 99")
+    before = snapshot(tmp_path)
+    message = serve_refuses(db)
+    assert "schema version 99" in message
+    assert "upgrade leasestar" in message
+    assert snapshot(tmp_path) == before
+
+
+def test_serve_refuses_a_missing_directory(tmp_path: Path) -> None:
+    db = tmp_path / "not" / "there" / "leasestar.db"
+    message = serve_refuses(db)
+    assert "directory does not exist" in message
+    assert not (tmp_path / "not").exists()  # nothing created on the way
+
+
+def test_serve_refuses_a_directory_in_place_of_the_file(tmp_path: Path) -> None:
+    db = tmp_path / "leasestar.db"
+    db.mkdir()
+    (db / "inside").write_text("untouched")
+    before = snapshot(tmp_path)
+    assert "is not a file" in serve_refuses(db)
+    assert snapshot(tmp_path) == before
+
+
+@pytest.mark.skipif(
+    not hasattr(os, "geteuid") or os.geteuid() == 0,
+    reason="root reads a file whatever its mode; the directory case above covers root",
+)
+def test_serve_refuses_an_unreadable_file(tmp_path: Path, seeded_template: Path) -> None:
+    db = copy_database(seeded_template, tmp_path / "leasestar.db")
+    before = snapshot(tmp_path)
+    db.chmod(0)
+    try:
+        assert "cannot read database" in serve_refuses(db)
+    finally:
+        db.chmod(0o600)
+    assert snapshot(tmp_path) == before
+
+
+# --- a write lock held by an import ---------------------------------------------------
+
+
+@pytest.fixture
+async def client(seeded_copy: Path) -> AsyncIterator[Client]:
+    token = new_token(seeded_copy, "reader")
+    app = create_app(Settings(db_path=seeded_copy, log_format="off"))
+    async with AsyncTestClient(app=app) as test_client:
+        test_client.headers["Authorization"] = f"Bearer {token}"
+        yield test_client
+
+
+def _new_applicant(number: int) -> Applicant:
+    return Applicant(
+        x_id=f"lock-{number}",
+        x_property_id="lock-property",
+        property_id="lock-property",
+        integration_id="lock-integration",
+        integration_vendor="LOCKTEST",
+        first_name="Pending",
+    )
+
+
+async def _reads(client: Client, some_id: str) -> tuple[int, int, int]:
+    """Total of the list, status of a record, status of /health."""
+    listed = await client.get(LIST, params={"limit": 5})
+    assert listed.status_code == 200, listed.text
+    record = await client.get(f"{LIST}/{some_id}")
+    health = await client.get("/health")
+    return listed.json()["meta"]["total"], record.status_code, health.status_code
+
+
+async def test_reads_answer_from_the_last_commit_while_an_import_holds_the_lock(
+    client: Client, seeded_copy: Path
+) -> None:
+    some_id = query_one(seeded_copy, "SELECT id FROM applicants LIMIT 1")
+    total_before, _, _ = await _reads(client, some_id)
+    writer_connection = sqlite3.connect(seeded_copy, isolation_level=None)
+    try:
+        with ApplicantWriter(writer_connection) as writer:  # BEGIN IMMEDIATE
+            for number in range(50):
+                writer.upsert(_new_applicant(number))
+            writer_connection.execute("UPDATE applicants SET body = body WHERE id = ?", (some_id,))
+            # The lock is held, 50 rows pending: every read answers, from the old snapshot.
+            for _ in range(3):
+                assert await _reads(client, some_id) == (total_before, 200, 200)
+            pending = await client.get(LIST, params={"integration_id": "lock-integration"})
+            assert pending.json()["meta"]["total"] == 0
+        # Committed: the next read sees the import.
+        total_after, _, _ = await _reads(client, some_id)
+        assert total_after == total_before + 50
+    finally:
+        writer_connection.close()
+
+
+async def test_reads_answer_while_a_raw_exclusive_transaction_is_open(
+    client: Client, seeded_copy: Path
+) -> None:
+    some_id = query_one(seeded_copy, "SELECT id FROM applicants LIMIT 1")
+    total_before, _, _ = await _reads(client, some_id)
+    locker = sqlite3.connect(seeded_copy, isolation_level=None)
+    try:
+        locker.execute("BEGIN EXCLUSIVE")
+        locker.execute("DELETE FROM applicants WHERE id = ?", (some_id,))
+        started = time.monotonic()
+        assert await _reads(client, some_id) == (total_before, 200, 200)
+        # Answered at once from the snapshot, not after waiting out the busy timeout.
+        assert time.monotonic() - started < 5
+        locker.execute("ROLLBACK")
+    finally:
+        locker.close()
+
+
+# --- SIGTERM drains in-flight requests --------------------------------------------------
+
+
+def server_side_sockets(port: int) -> list[tuple[str, int]]:
+    """(TCP state, bytes unread) of each server-side connection of `port`, from /proc."""
+    sockets = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except FileNotFoundError:
+            continue
+        for line in lines:
+            fields = line.split()
+            local_port = int(fields[1].rsplit(":", 1)[1], 16)
+            state = fields[3]
+            if local_port == port and state != "0A":  # 0A: the listening socket
+                sockets.append((state, int(fields[4].split(":")[1], 16)))
+    return sockets
+
+
+def read_response(connection: socket.socket) -> tuple[int, dict[str, str], bytes]:
+    received = bytearray()
+    while chunk := connection.recv(1 << 16):
+        received += chunk
+    head, _, body = bytes(received).partition(b"\r\n\r\n")
+    status_line, *lines = head.decode("latin-1").split("\r\n")
+    headers = {}
+    for line in lines:
+        name, _, value = line.partition(":")
+        headers[name.strip().lower()] = value.strip()
+    return int(status_line.split()[1]), headers, body
+
+
+@pytest.fixture
+def drain_db(tmp_path: Path, seeded_template: Path) -> Path:
+    return copy_database(seeded_template, tmp_path / "leasestar.db")
+
+
+@pytest.mark.e2e
+@pytest.mark.skipif(not Path("/proc/net/tcp").exists(), reason="reads socket queues from /proc")
+def test_sigterm_drains_requests_in_flight_then_exits_0(drain_db: Path) -> None:
+    burst = 40
+    token = new_token(drain_db, "drain")
+    # Big pages, sorted and brotli-compressed: enough work that the burst is still being
+    # served when the signal comes.
+    request = (
+        f"GET {LIST}?limit=250&order-by=city,first_name HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        f"Authorization: Bearer {token}\r\nAccept-Encoding: br\r\nConnection: close\r\n\r\n"
+    ).encode()
+    with serve(drain_db, "--log-format", "off", "--rate-limit", "off") as server:
+        connections = [
+            socket.create_connection(("127.0.0.1", server.port), timeout=60) for _ in range(burst)
+        ]
+        try:
+            for connection in connections:
+                connection.sendall(request)
+            # Wait until the server has read every request (nothing left unread in any of
+            # its sockets): from then on each one is in flight, not merely queued.
+            deadline = time.monotonic() + 60
+            while True:
+                sockets = server_side_sockets(server.port)
+                established = [unread for state, unread in sockets if state == "01"]
+                if len(sockets) >= burst and not any(established):
+                    break
+                assert time.monotonic() < deadline, sockets
+                time.sleep(0.002)
+            server.process.send_signal(signal.SIGTERM)
+            in_flight = len(established)  # responses not yet finished at the signal
+            answers = [read_response(connection) for connection in connections]
+        finally:
+            for connection in connections:
+                connection.close()
+        returncode = server.process.wait(timeout=60)
+    assert in_flight > 0, "the burst was served before the signal; nothing was drained"
+    for status, headers, body in answers:
+        assert status == 200
+        assert int(headers["content-length"]) == len(body)
+        page = json.loads(brotli.decompress(body))
+        assert len(page["results"]) == 250
+    assert returncode == 0, server.log()[-2000:]
+    # And it stopped listening.
+    with pytest.raises(OSError):
+        socket.create_connection(("127.0.0.1", server.port), timeout=2).close()
