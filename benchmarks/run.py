@@ -240,8 +240,12 @@ def pinned(core: str) -> list[str]:
     return []
 
 
+def read_only_uri(path: Path) -> str:
+    return f"file:{path}?mode=ro"
+
+
 def read_only(path: Path) -> sqlite3.Connection:
-    connection = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False)
+    connection = sqlite3.connect(read_only_uri(path), uri=True, check_same_thread=False)
     connection.execute("PRAGMA query_only = 1")
     return connection
 
@@ -1133,14 +1137,18 @@ def markdown(report: dict[str, Any], run: Run, targets: list[Target]) -> str:
         f"pinned to core {SERVER_CORE}; wrk (`-t1 -c{CONNECTIONS}`, `benchmarks/wrk.lua`, "
         f"random ids for get by id) pinned to core {CLIENT_CORE}. *HTTP floor*: "
         "`benchmarks/floor_app.py`, a bare Litestar app under the same uvicorn settings "
-        "answering the case's exact body. *In-process floor*: the page's SQL (written in "
-        "`run.py` from the contract, not taken from `app/`) and the byte assembly with "
-        "sqlite3 in a loop on the server core, the fastest of rows+join and group_concat, "
-        "as text or as stored bytes, each checked byte-equal to the served body. "
+        "answering the case's exact body. *In-process floor*: the page read and the byte "
+        "assembly with sqlite3 in a loop on the server core, SQL written in `run.py` from "
+        "the contract (not taken from `app/`); the fastest of several plans (the plain "
+        "statement; for filters, the order's index walked with `+column`; for filters and "
+        "offsets on the default order, a keyset seek to an anchor looked up once, as a "
+        "cache of anchors would) and assemblies (rows+join or group_concat, as text or as "
+        "stored bytes), each checked byte-equal to the served body. "
         "*Composite* = 1/(1/HTTP + 1/in-process). A case, its HTTP floor and its "
         "in-process floor are measured in alternating slices, so background load hits them "
         "alike. Every case's `meta.total` and page length are checked against a direct "
-        "`count(*)` first. Bytes: body, and bytes read per response with headers.",
+        "`count(*)` first. Bytes: body (for get by id, of the first id; ids are random), "
+        "and bytes read per response, headers included, averaged over the run.",
         "",
         f"### {SMALL:,} applicants",
         "",
@@ -1385,10 +1393,44 @@ def profile(settings: Settings) -> None:
             summarise_profile(out)
 
 
-def summarise_profile(path: Path, top: int = 30) -> None:
-    """Print self and inclusive shares per function from py-spy's collapsed stacks."""
+# Where a sample's time belongs: the innermost frame that matches a rule decides.
+COMPONENTS: tuple[tuple[str, str], ...] = (
+    ("aiosqlite/core.py:147", "SQLite: executing the statement (connection thread)"),
+    ("aiosqlite/core.py:148", "SQLite: fetching the rows (connection thread)"),
+    ("aiosqlite/core.py:158", "aiosqlite: handing the call to its thread"),
+    ("aiosqlite/", "aiosqlite: thread and future plumbing"),
+    ("uuid.py", "observability: request id (uuid4)"),
+    ("logging/", "observability: access log (logging)"),
+    ("prometheus_client/", "observability: metrics"),
+    ("app/observability.py", "observability: middleware"),
+    ("app/hygiene.py", "hygiene middleware"),
+    ("litestar/middleware/compression", "compression middleware"),
+    ("litestar/middleware/authentication", "auth middleware (Litestar)"),
+    ("app/auth.py", "auth: token lookup"),
+    ("app/applicants/cursors.py", "handler: next-page cursor"),
+    ("app/applicants/query.py", "handler: query parsing and SQL building"),
+    ("app/instants.py", "handler: query parsing and SQL building"),
+    ("app/applicants/storage.py", "handler: storage (Python side)"),
+    ("app/applicants/controller.py", "handler: controller, meta, ETag"),
+    ("litestar/", "Litestar: routing, request, response"),
+    ("uvicorn/", "uvicorn: HTTP protocol"),
+    ("asyncio/", "event loop (uvloop, sockets)"),
+)
+
+
+def component(frames: list[str]) -> str:
+    for frame in reversed(frames):
+        for pattern, name in COMPONENTS:
+            if pattern in frame:
+                return name
+    return "other"
+
+
+def summarise_profile(path: Path, top: int = 25) -> None:
+    """Print shares per component and per function from py-spy's collapsed stacks."""
     inclusive: dict[str, int] = {}
     own: dict[str, int] = {}
+    parts: dict[str, int] = {}
     total = 0
     for line in path.read_text().splitlines():
         stack, _, count_text = line.rpartition(" ")
@@ -1400,11 +1442,16 @@ def summarise_profile(path: Path, top: int = 30) -> None:
         for frame in set(frames):
             inclusive[frame] = inclusive.get(frame, 0) + count
         own[frames[-1]] = own.get(frames[-1], 0) + count
+        name = component(frames)
+        parts[name] = parts.get(name, 0) + count
     total = max(total, 1)
-    print(f"--- {path.name}: {total} samples; self")
+    print(f"--- {path.name}: {total} samples of busy threads, by component")
+    for name, count in sorted(parts.items(), key=lambda kv: -kv[1]):
+        print(f"{count / total:6.1%}  {name}")
+    print(f"--- {path.name}: self, top {top}")
     for frame, count in sorted(own.items(), key=lambda kv: -kv[1])[:top]:
         print(f"{count / total:6.1%}  {frame}")
-    print(f"--- {path.name}: inclusive")
+    print(f"--- {path.name}: inclusive, top {top}")
     for frame, count in sorted(inclusive.items(), key=lambda kv: -kv[1])[:top]:
         print(f"{count / total:6.1%}  {frame}")
 
