@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 LINTED := app seed tests benchmarks
 
-.PHONY: install run test lint format bench clean docs-check
+.PHONY: install run test lint format bench clean docs-check soak
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -47,6 +47,13 @@ bench: install
 docs-check: install
 	command -v chromium >/dev/null || (apt-get update && apt-get install -y chromium)
 	$(BIN)/python tests/docs_check.py
+
+## Soak (issue 5, not part of `make test`): seeds 100k applicants into benchmarks/work/soak/
+## (reused), serves them, and runs 60 s of wrk at 64 connections on the list and get routes
+## while `leasestar import` writes; non-2xx count, p99 and server RSS go to the soak section
+## of benchmarks/RESULTS.md. About 3 minutes once seeded; SOAK_ARGS='--duration 15' is quicker.
+soak: install
+	$(BIN)/python benchmarks/soak.py $(SOAK_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
