@@ -96,7 +96,7 @@ def _meta(query: ApplicantQuery, *, has_more: bool, total: int) -> bytes:
 def _list_meta(query: ApplicantQuery, page: ApplicantPage, codec: CursorCodec) -> bytes:
     """Meta of a list page: counts, and the cursor (and sync position) to go on from."""
     position = query.offset + page.returned
-    has_more = position < page.total
+    has_more = position < page.total if page.more is None else page.more
     meta = PageMeta(
         offset=query.offset,
         limit=query.limit,

@@ -49,6 +49,9 @@ class ApplicantPage:
     last_record_length: int  # bytes of the page's last record (0 when empty)
     last_change_seq: int | None  # change sequence of the last record (sync feed only)
     data_version: int  # the snapshot the page was read from
+    # Cursor pages: whether any record follows the page in that snapshot. Under writes a
+    # walk's position says nothing of what is left after its cursor, so hasMore is this.
+    more: bool | None = None
 
     @property
     def last_record(self) -> bytes:
@@ -213,14 +216,17 @@ class ApplicantReader:
             f"SELECT body, change_seq FROM applicants {where.sql} "
             f"{build_order_by(query.order_by)} LIMIT ? OFFSET ?"
         )
-        page_params = (*where.params, query.limit, skip)
+        # A cursor page reads one record more, to know whether another follows it.
+        peek = 1 if query.after is not None else 0
+        page_params = (*where.params, query.limit + peek, skip)
         # The last record's length lets the caller cut it out for the next cursor; in
         # the sync feed (change_seq ascending) the last record has the largest change_seq.
         # CAST AS BLOB hands Python the UTF-8 bytes as stored: no decoding of the page
         # into a str and encoding it back. length() of a BLOB is its stored size, O(1).
         page_columns = (
             "count(*), CAST(coalesce(group_concat(body, ','), '') AS BLOB), "
-            "coalesce(group_concat(length(CAST(body AS BLOB))), ''), max(change_seq)"
+            "coalesce(group_concat(length(CAST(body AS BLOB))), ''), "
+            "coalesce(group_concat(change_seq), '')"
         )
         # First try with a cached total: the statement only reads the page and version.
         async with self._pool.connection() as connection:
@@ -228,7 +234,7 @@ class ApplicantReader:
                 f"SELECT (SELECT change_seq FROM sync_state), {page_columns} FROM ({page_sql})",
                 page_params,
             )
-            version, returned, results_json, lengths, last_seq = next(iter(rows))
+            version, returned, results_json, lengths, seqs = next(iter(rows))
             total = self._counts.get(count_where, version)
             if total is None:
                 rows = await connection.execute_fetchall(
@@ -237,10 +243,19 @@ class ApplicantReader:
                     f"FROM ({page_sql})",
                     (*count_where.params, *page_params),
                 )
-                version, total, returned, results_json, lengths, last_seq = next(iter(rows))
+                version, total, returned, results_json, lengths, seqs = next(iter(rows))
                 self._counts.put(count_where, version, total)
+        more = None
+        if peek:
+            more = returned > query.limit
+            if more:  # cut the peeked record off
+                returned -= 1
+                lengths, _, peeked = lengths.rpartition(",")
+                results_json = results_json[: len(results_json) - int(peeked) - 1]
+                seqs = seqs.rpartition(",")[0]
         last_length = int(lengths.rpartition(",")[2] or 0)
-        return ApplicantPage(results_json, returned, total, last_length, last_seq, version)
+        last_seq = int(seqs.rpartition(",")[2]) if seqs else None
+        return ApplicantPage(results_json, returned, total, last_length, last_seq, version, more)
 
     async def _walk_order(
         self, query: ApplicantQuery, scope: frozenset[str] | None, count_where: SqlFragment
