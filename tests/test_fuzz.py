@@ -38,8 +38,8 @@ from app.main import create_app
 
 # Examples per (operation, positive/negative): bounded so the whole module stays well
 # under a minute; raise it locally for a deeper run.
-EXAMPLES = 60
-RAW_EXAMPLES = 300
+EXAMPLES = 100
+RAW_EXAMPLES = 400
 
 
 def _copy(source: Path, target: Path) -> None:
