@@ -67,7 +67,7 @@ MAX_WRITES = 10
 MAX_PAGES = 200
 
 WALK_SETTINGS = settings(
-    max_examples=40,
+    max_examples=30,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
@@ -264,7 +264,7 @@ def test_model_order_matches_the_strategies_order() -> None:
     """The walk's comparator is the contract's: sorting by it gives `sort_rows` order."""
 
     @given(rows=datasets(max_size=12), data=st.data())
-    @settings(max_examples=20, deadline=None)
+    @settings(max_examples=10, deadline=None)
     def check(rows: list[ModelRow], data: st.DataObject) -> None:
         query = data.draw(list_queries(rows))
         keys = total_keys(query.order_keys)
