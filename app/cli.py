@@ -11,6 +11,7 @@ import contextlib
 import os
 import signal
 import sqlite3
+import stat
 import sys
 import time
 from collections.abc import Iterator, Sequence
@@ -40,21 +41,52 @@ class CommandError(Exception):
 
 
 class Progress:
-    """A one-line progress counter on a terminal; silent when stderr is not one."""
+    """A one-line progress bar on a terminal (stderr); silent when stderr is not one.
 
-    def __init__(self, label: str, total: int | None = None, every: int = 10_000) -> None:
+    Implements `app.applicants.ingest.ProgressReporter`. Redraws at most ten times a
+    second, so reporting costs nothing measurable.
+    """
+
+    BAR_WIDTH: Final = 24
+
+    def __init__(
+        self, label: str, total: int | None = None, *, total_bytes: int | None = None
+    ) -> None:
         self._label = label
         self._total = total
-        self._every = every
+        self._total_bytes = total_bytes
         self._start = time.monotonic()
+        self._drawn = 0.0
         self._active = sys.stderr.isatty()
 
-    def __call__(self, done: int) -> None:
-        if self._active and done % self._every == 0:
-            rate = done / max(time.monotonic() - self._start, 1e-9)
-            of = f"/{self._total:,}" if self._total else ""
-            sys.stderr.write(f"\r{self._label}: {done:,}{of} ({rate:,.0f}/s)")
-            sys.stderr.flush()
+    def advance(self, done: int, position: int = 0) -> None:
+        if not self._active:
+            return
+        now = time.monotonic()
+        if now - self._drawn < 0.1:
+            return
+        self._drawn = now
+        rate = done / max(now - self._start, 1e-9)
+        if self._total:
+            fraction, of = done / self._total, f"/{self._total:,}"
+        elif self._total_bytes and position:
+            fraction, of = position / self._total_bytes, ""
+        else:
+            fraction, of = None, ""
+        bar = ""
+        if fraction is not None:
+            fraction = min(fraction, 1.0)
+            filled = round(fraction * self.BAR_WIDTH)
+            bar = f"[{'#' * filled}{'.' * (self.BAR_WIDTH - filled)}] {fraction:4.0%} "
+        self._draw(f"{self._label}: {bar}{done:,}{of} ({rate:,.0f}/s)")
+
+    def phase(self, label: str) -> None:
+        if self._active:
+            self._draw(f"{self._label}: {label}...")
+
+    def _draw(self, line: str) -> None:
+        sys.stderr.write(f"\r\033[K{line}")
+        sys.stderr.flush()
 
     def finish(self) -> None:
         if self._active:
@@ -66,12 +98,6 @@ def _db_path(args: argparse.Namespace) -> Path:
     return Path(args.db)
 
 
-def _counted(records: Iterator[object], progress: Progress) -> Iterator[object]:
-    for done, record in enumerate(records, 1):
-        progress(done)
-        yield record
-
-
 def seed_database(path: Path, count: int, seed: int) -> int:
     """Add `count` deterministic synthetic applicants; returns how many rows were written."""
     from seed.generator import synthetic_applicants  # only seeding needs the generator
@@ -79,9 +105,8 @@ def seed_database(path: Path, count: int, seed: int) -> int:
     connection = open_for_write(path)
     try:
         progress = Progress("seed", count)
-        records = synthetic_applicants(count, seed)
         try:
-            counts = write_records(connection, _counted(records, progress))  # type: ignore[arg-type]
+            counts = write_records(connection, synthetic_applicants(count, seed), progress)
         finally:
             progress.finish()
         return counts.inserted + counts.updated
@@ -168,14 +193,25 @@ def _input(name: str) -> Iterator[IO[bytes]]:
         yield handle
 
 
+def _size(stream: IO[bytes]) -> int | None:
+    """The size of a regular file behind the stream (for the progress bar), else None."""
+    try:
+        status = os.fstat(stream.fileno())
+    except (OSError, ValueError):
+        return None
+    return status.st_size if stat.S_ISREG(status.st_mode) else None
+
+
 def _import(args: argparse.Namespace) -> int:
     connection = open_for_write(_db_path(args))
-    progress = Progress("import")
     try:
         with _input(args.file) as stream:
-            report = import_ndjson(connection, stream, progress)
+            progress = Progress("import", total_bytes=_size(stream))
+            try:
+                report = import_ndjson(connection, stream, progress)
+            finally:
+                progress.finish()
     except ImportRefused as refused:
-        progress.finish()
         report = refused.report
         more = report.bad_lines - len(report.errors)
         for error in report.errors:
@@ -185,7 +221,6 @@ def _import(args: argparse.Namespace) -> int:
         print(f"import refused: {args.file}: nothing was written", file=sys.stderr)
         return 1
     finally:
-        progress.finish()
         connection.close()
     counts = report.counts
     print(
@@ -201,19 +236,26 @@ def _export(args: argparse.Namespace) -> int:
         raise CommandError(f"database does not exist: {path}")
     connection = open_for_write(path)
     try:
-        if args.file in (None, "-"):
-            count = export_ndjson(connection, sys.stdout.buffer)
-            sys.stdout.buffer.flush()
-        else:
-            target = Path(args.file)
-            partial = target.with_name(target.name + ".partial")
-            try:
-                with partial.open("wb") as out:
-                    count = export_ndjson(connection, out)
-                partial.replace(target)  # never leave a half-written export under its name
-            except OSError as error:
-                partial.unlink(missing_ok=True)
-                raise CommandError(f"cannot write {args.file}: {error.strerror}") from None
+        progress = Progress("export")
+        if sys.stderr.isatty():
+            (progress_total,) = connection.execute("SELECT count(*) FROM applicants").fetchone()
+            progress = Progress("export", progress_total)
+        try:
+            if args.file in (None, "-"):
+                count = export_ndjson(connection, sys.stdout.buffer, progress)
+                sys.stdout.buffer.flush()
+            else:
+                target = Path(args.file)
+                partial = target.with_name(target.name + ".partial")
+                try:
+                    with partial.open("wb") as out:
+                        count = export_ndjson(connection, out, progress)
+                    partial.replace(target)  # never leave a half-written export under its name
+                except OSError as error:
+                    partial.unlink(missing_ok=True)
+                    raise CommandError(f"cannot write {args.file}: {error.strerror}") from None
+        finally:
+            progress.finish()
     finally:
         connection.close()
     print(f"exported {count} applicants", file=sys.stderr)

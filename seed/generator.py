@@ -11,8 +11,8 @@ sort key (shared names, cities and timestamps) so the id tiebreak is always test
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator
-from typing import Final
+from collections.abc import Iterator, Sequence
+from typing import Final, TypeVar
 
 from app.applicants.records import Applicant, Application, Income, Pet, Screening
 from app.instants import format_instant
@@ -67,52 +67,81 @@ START: Final = 1_546_300_800_000_000
 SPAN: Final = 7 * 365 * 86_400_000_000
 DAY: Final = 86_400_000_000
 NULL_RATE: Final = 0.1
+T = TypeVar("T")
 
 
 class _Draw:
-    """Draws from one seeded generator, with the helpers the records need."""
+    """Draws from one seeded generator, with the helpers the records need.
+
+    `below`, `between` and `choice` give exactly what `random.Random.randrange` and
+    `choice` give (the same `getrandbits` calls, so the same stream), in one Python
+    frame instead of three: seeding a million records spends most of its time here.
+    """
 
     def __init__(self, rng: random.Random) -> None:
         self.rng = rng
+        self.random = rng.random
+        self._bits = rng.getrandbits
+
+    def below(self, n: int) -> int:
+        """`rng.randrange(n)`: rejection sampling over `n.bit_length()` random bits."""
+        k = n.bit_length()
+        r = self._bits(k)
+        while r >= n:
+            r = self._bits(k)
+        return r
+
+    def between(self, start: int, stop: int) -> int:
+        """`rng.randrange(start, stop)`."""
+        return start + self.below(stop - start)
+
+    def choice(self, items: Sequence[T]) -> T:
+        """`rng.choice(items)` (`below` inlined: this is the most frequent draw)."""
+        n = len(items)
+        k = n.bit_length()
+        r = self._bits(k)
+        while r >= n:
+            r = self._bits(k)
+        return items[r]
 
     def maybe(self, value: str) -> str | None:
-        return None if self.rng.random() < NULL_RATE else value
+        return None if self.random() < NULL_RATE else value
 
     def instant(self) -> int:
         # One record in eight lands exactly on midnight of a day: ties in every
         # datetime ordering, resolved by the id tiebreak.
-        moment = START + self.rng.randrange(SPAN)
-        if self.rng.random() < 0.125:
+        moment = START + self.below(SPAN)
+        if self.random() < 0.125:
             moment -= moment % DAY
         return moment - moment % 1000
 
     def flag(self) -> bool | None:
-        return None if self.rng.random() < NULL_RATE else self.rng.random() < 0.5
+        return None if self.random() < NULL_RATE else self.random() < 0.5
 
 
 def _pet(draw: _Draw, index: int, owner: str, created: int) -> Pet:
     rng = draw.rng
-    kind, breeds = rng.choice(PETS)
+    kind, breeds = draw.choice(PETS)
     return Pet(
         id=f"pet_{owner}_{index}",
         created_at=format_instant(created),
-        updated_at=format_instant(created + rng.randrange(90) * DAY),
-        last_seen=format_instant(created + rng.randrange(200) * DAY),
-        x_id=f"P{rng.randrange(10**7):07d}",
-        age_in_years=rng.randrange(1, 16),
-        breed=rng.choice(breeds),
-        color=rng.choice(COLORS),
-        gender_raw=draw.maybe(rng.choice(("Male", "Female"))),
+        updated_at=format_instant(created + draw.below(90) * DAY),
+        last_seen=format_instant(created + draw.below(200) * DAY),
+        x_id=f"P{draw.below(10**7):07d}",
+        age_in_years=draw.between(1, 16),
+        breed=draw.choice(breeds),
+        color=draw.choice(COLORS),
+        gender_raw=draw.maybe(draw.choice(("Male", "Female"))),
         is_declawed=draw.flag() if kind == "cat" else None,
         is_fixed=draw.flag(),
         is_service_animal=draw.flag(),
         is_trained=draw.flag(),
         is_vaccinated=draw.flag(),
-        name=rng.choice(PET_NAMES),
-        notes=rng.choice(("", "Friendly", "Needs a yard", "Crate trained")),
+        name=draw.choice(PET_NAMES),
+        notes=draw.choice(("", "Friendly", "Needs a yard", "Crate trained")),
         type=kind,
         weight_in_pounds=round(rng.uniform(2, 90), 1),
-        custom_data={"license": f"L-{rng.randrange(10**5):05d}"} if rng.random() < 0.3 else {},
+        custom_data={"license": f"L-{draw.below(10**5):05d}"} if draw.random() < 0.3 else {},
     )
 
 
@@ -122,58 +151,62 @@ def synthetic_applicant(rng: random.Random, number: int, seed: int, integration:
     Consecutive pairs share an x_id in two different integrations, as source systems
     reuse ids: the upsert key stays unique while x_id orderings get ties.
     """
-    draw = _Draw(rng)
+    return _applicant(_Draw(rng), number, seed, integration)
+
+
+def _applicant(draw: _Draw, number: int, seed: int, integration: int) -> Applicant:
+    rng = draw.rng
     integration_id, vendor = INTEGRATIONS[integration]
-    property_number = rng.randrange(PROPERTIES_PER_INTEGRATION)
+    property_number = draw.below(PROPERTIES_PER_INTEGRATION)
     x_property_id = f"{vendor[:2]}-P{property_number:03d}"
     x_id = f"S{seed}-{number // 2:07d}"
-    first, last = rng.choice(FIRST_NAMES), rng.choice(LAST_NAMES)
-    city, state, zip_prefix = rng.choice(CITIES)
+    first, last = draw.choice(FIRST_NAMES), draw.choice(LAST_NAMES)
+    city, state, zip_prefix = draw.choice(CITIES)
     created = draw.instant()
-    updated = created + rng.randrange(0, 400) * DAY // 4
+    updated = created + draw.between(0, 400) * DAY // 4
     updated -= updated % 1000
-    last_seen = updated + rng.randrange(0, 30) * DAY
+    last_seen = updated + draw.between(0, 30) * DAY
     applicant_id = f"app_{rng.getrandbits(96):024x}"
-    handle = f"{first.lower()}.{last.lower().replace(' ', '')}{rng.randrange(1000)}"
-    email = f"{handle}@{rng.choice(EMAIL_DOMAINS)}"
-    phone = rng.choice(("({a}) {b}-{c}", "{a}-{b}-{c}", "+1 {a} {b} {c}", "1{a}{b}{c}")).format(
-        a=rng.randrange(200, 1000), b=f"{rng.randrange(1000):03d}", c=f"{rng.randrange(10000):04d}"
+    handle = f"{first.lower()}.{last.lower().replace(' ', '')}{draw.below(1000)}"
+    email = f"{handle}@{draw.choice(EMAIL_DOMAINS)}"
+    phone = draw.choice(("({a}) {b}-{c}", "{a}-{b}-{c}", "+1 {a} {b} {c}", "1{a}{b}{c}")).format(
+        a=draw.between(200, 1000), b=f"{draw.below(1000):03d}", c=f"{draw.below(10000):04d}"
     )
-    type_normalized, type_raw = rng.choice(APPLICANT_TYPES)
+    type_normalized, type_raw = draw.choice(APPLICANT_TYPES)
     applications = [
         Application(
             applicant_id=x_id,
-            application_id=f"APP-{rng.randrange(10**6):06d}",
+            application_id=f"APP-{draw.below(10**6):06d}",
             status_raw=raw,
             status_normalized=normalized,
             status=status,
-            custom_data={"source": rng.choice(("web", "walk-in", "phone"))}
-            if rng.random() < 0.5
+            custom_data={"source": draw.choice(("web", "walk-in", "phone"))}
+            if draw.random() < 0.5
             else {},
         )
         for raw, normalized, status in (
-            rng.choice(STATUSES) for _ in range(rng.choice((0, 1, 1, 1, 2, 3)))
+            draw.choice(STATUSES) for _ in range(draw.choice((0, 1, 1, 1, 2, 3)))
         )
     ]
     pets = [
         _pet(draw, index, applicant_id[-8:], created)
-        for index in range(rng.choice((0, 0, 0, 1, 1, 2, 4)))
+        for index in range(draw.choice((0, 0, 0, 1, 1, 2, 4)))
     ]
     screenings = [
         Screening(
             id=f"scr_{applicant_id[-8:]}_{index}",
             created_at=format_instant(created),
             last_seen=format_instant(last_seen),
-            x_id=f"S{rng.randrange(10**7):07d}",
-            status_raw=rng.choice(SCREENING_STATUSES),
-            screening_date=format_instant(created + rng.randrange(1, 20) * DAY),
+            x_id=f"S{draw.below(10**7):07d}",
+            status_raw=draw.choice(SCREENING_STATUSES),
+            screening_date=format_instant(created + draw.between(1, 20) * DAY),
         )
-        for index in range(rng.choice((0, 1, 1, 2)))
+        for index in range(draw.choice((0, 1, 1, 2)))
     ]
     incomes = []
-    for _ in range(rng.choice((0, 1, 1, 2, 3))):
-        cents = rng.randrange(150_000, 2_500_000) * 100
-        normalized_income, raw_income = rng.choice(INCOME_TYPES)
+    for _ in range(draw.choice((0, 1, 1, 2, 3))):
+        cents = draw.between(150_000, 2_500_000) * 100
+        normalized_income, raw_income = draw.choice(INCOME_TYPES)
         incomes.append(
             Income(
                 amount_in_cents=cents,
@@ -182,7 +215,7 @@ def synthetic_applicant(rng: random.Random, number: int, seed: int, integration:
                 type_raw=draw.maybe(raw_income),
             )
         )
-    birth_year = rng.randrange(1950, 2006)
+    birth_year = draw.between(1950, 2006)
     return Applicant(
         id=applicant_id,
         created_at=format_instant(created),
@@ -190,55 +223,55 @@ def synthetic_applicant(rng: random.Random, number: int, seed: int, integration:
         last_seen=format_instant(last_seen),
         x_id=x_id,
         x_property_id=x_property_id,
-        x_lead_id=draw.maybe(f"L{rng.randrange(10**7):07d}"),
-        x_unit_id=draw.maybe(f"U{rng.randrange(1, 400):04d}"),
-        x_unit_id_preferred=[f"U{rng.randrange(1, 400):04d}" for _ in range(rng.randrange(3))],
-        x_lease_id=draw.maybe(f"LS{rng.randrange(10**6):06d}") if rng.random() < 0.4 else None,
+        x_lead_id=draw.maybe(f"L{draw.below(10**7):07d}"),
+        x_unit_id=draw.maybe(f"U{draw.between(1, 400):04d}"),
+        x_unit_id_preferred=[f"U{draw.between(1, 400):04d}" for _ in range(draw.below(3))],
+        x_lease_id=draw.maybe(f"LS{draw.below(10**6):06d}") if draw.random() < 0.4 else None,
         property_id=f"prop_{integration_id[4:]}_{property_number:03d}",
-        unit_id_preferred=[f"unit_{rng.randrange(10**5):05d}" for _ in range(rng.randrange(3))],
+        unit_id_preferred=[f"unit_{draw.below(10**5):05d}" for _ in range(draw.below(3))],
         integration_id=integration_id,
         integration_vendor=vendor,
         first_name=draw.maybe(first),
-        middle_name=draw.maybe(rng.choice(MIDDLE_NAMES)) if rng.random() < 0.5 else None,
+        middle_name=draw.maybe(draw.choice(MIDDLE_NAMES)) if draw.random() < 0.5 else None,
         last_name=draw.maybe(last),
-        email_1=draw.maybe(email if rng.random() < 0.8 else email.upper()),
-        email_2=draw.maybe(f"{first.lower()}{rng.randrange(100)}@{rng.choice(EMAIL_DOMAINS)}")
-        if rng.random() < 0.3
+        email_1=draw.maybe(email if draw.random() < 0.8 else email.upper()),
+        email_2=draw.maybe(f"{first.lower()}{draw.below(100)}@{draw.choice(EMAIL_DOMAINS)}")
+        if draw.random() < 0.3
         else None,
         phone_1=draw.maybe(phone),
-        phone_1_type=draw.maybe(rng.choice(PHONE_TYPES)),
-        phone_2=draw.maybe(f"{rng.randrange(200, 1000)}-555-{rng.randrange(10000):04d}")
-        if rng.random() < 0.3
+        phone_1_type=draw.maybe(draw.choice(PHONE_TYPES)),
+        phone_2=draw.maybe(f"{draw.between(200, 1000)}-555-{draw.below(10000):04d}")
+        if draw.random() < 0.3
         else None,
-        phone_2_type=draw.maybe("fax") if rng.random() < 0.2 else None,
+        phone_2_type=draw.maybe("fax") if draw.random() < 0.2 else None,
         date_of_birth=draw.maybe(
-            f"{birth_year:04d}-{rng.randrange(1, 13):02d}-{rng.randrange(1, 29):02d}"
+            f"{birth_year:04d}-{draw.between(1, 13):02d}-{draw.between(1, 29):02d}"
         ),
-        address_1=draw.maybe(f"{rng.randrange(1, 9999)} {rng.choice(STREETS)}"),
-        address_1_alternate=draw.maybe(f"{rng.randrange(1, 9999)} {rng.choice(STREETS)}")
-        if rng.random() < 0.2
+        address_1=draw.maybe(f"{draw.between(1, 9999)} {draw.choice(STREETS)}"),
+        address_1_alternate=draw.maybe(f"{draw.between(1, 9999)} {draw.choice(STREETS)}")
+        if draw.random() < 0.2
         else None,
-        address_2=draw.maybe(f"Apt {rng.randrange(1, 500)}") if rng.random() < 0.5 else None,
-        address_2_alternate=draw.maybe("Unit B") if rng.random() < 0.1 else None,
+        address_2=draw.maybe(f"Apt {draw.between(1, 500)}") if draw.random() < 0.5 else None,
+        address_2_alternate=draw.maybe("Unit B") if draw.random() < 0.1 else None,
         city=draw.maybe(city),
-        city_alternate=draw.maybe(rng.choice(CITIES)[0]) if rng.random() < 0.2 else None,
+        city_alternate=draw.maybe(draw.choice(CITIES)[0]) if draw.random() < 0.2 else None,
         state=draw.maybe(state),
-        state_alternate=draw.maybe(rng.choice(CITIES)[1]) if rng.random() < 0.2 else None,
-        zip=draw.maybe(f"{zip_prefix}{rng.randrange(100):02d}"),
-        zip_alternate=draw.maybe(f"{rng.randrange(10**5):05d}") if rng.random() < 0.2 else None,
+        state_alternate=draw.maybe(draw.choice(CITIES)[1]) if draw.random() < 0.2 else None,
+        zip=draw.maybe(f"{zip_prefix}{draw.below(100):02d}"),
+        zip_alternate=draw.maybe(f"{draw.below(10**5):05d}") if draw.random() < 0.2 else None,
         country=draw.maybe("US"),
-        country_alternate=draw.maybe("US") if rng.random() < 0.2 else None,
-        notes=draw.maybe(rng.choice(("", "Prefers email", "Needs parking", "Relocating for work")))
-        if rng.random() < 0.4
+        country_alternate=draw.maybe("US") if draw.random() < 0.2 else None,
+        notes=draw.maybe(draw.choice(("", "Prefers email", "Needs parking", "Relocating for work")))
+        if draw.random() < 0.4
         else None,
         type_normalized=draw.maybe(type_normalized),
         type_raw=draw.maybe(type_raw),
         custom_data={
-            "lead_source": rng.choice(("web", "referral", "ils", "walk-in")),
-            "score": rng.randrange(300, 851),
-            "tags": rng.sample(("pets", "parking", "furnished", "corporate"), rng.randrange(3)),
+            "lead_source": draw.choice(("web", "referral", "ils", "walk-in")),
+            "score": draw.between(300, 851),
+            "tags": rng.sample(("pets", "parking", "furnished", "corporate"), draw.below(3)),
         }
-        if rng.random() < 0.7
+        if draw.random() < 0.7
         else {},
         applications=applications,
         pets=pets,
@@ -249,11 +282,11 @@ def synthetic_applicant(rng: random.Random, number: int, seed: int, integration:
 
 def synthetic_applicants(count: int, seed: int = 0) -> Iterator[Applicant]:
     """`count` applicants from `seed`: the same arguments give the same records."""
-    rng = random.Random(seed)
+    draw = _Draw(random.Random(seed))
     integration = 0
     for number in range(count):
         if number % 2 == 0:
-            integration = rng.randrange(len(INTEGRATIONS))
+            integration = draw.below(len(INTEGRATIONS))
         else:
             integration = (integration + 1) % len(INTEGRATIONS)
-        yield synthetic_applicant(rng, number, seed, integration)
+        yield _applicant(draw, number, seed, integration)

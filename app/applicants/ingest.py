@@ -4,14 +4,41 @@ Rules (CONTRACT.md, "Data in and out"):
   * The upsert key is (integration_id, x_property_id, x_id).
   * A record seen again keeps its id and created_at; updated_at moves only when a
     non-service field changed; last_seen moves to the time it was seen.
-  * Service fields given in the input are kept as given, so an export restores.
-  * A new record without service fields gets a fresh random id (`app_` + 24 hex
-    digits) and the import's start time as created_at, updated_at and last_seen.
-  * Every row written gets the next change sequence number; a record seen again
-    with nothing different (same fields and service fields) is not written at all.
+  * Service fields given in the input (`id`, `created_at`, `updated_at`, `last_seen`)
+    are kept as given, each on its own, so an export restores exactly.
+  * A line without service fields is a record as a source system reports it. Each
+    missing one is filled: a new record gets a fresh random id (`app_` + 24 hex
+    digits) and the import's start time as created_at, updated_at and last_seen; a
+    record seen again keeps its stored id and created_at, keeps its updated_at unless
+    a field changed (then the import's start time), and gets the import's start time
+    as last_seen. Every record of one import is seen at the same instant.
+  * Every row written gets the next change sequence number (`change_seq`), which is
+    also the data version readers key caches on. A record seen again with nothing
+    different, service fields included (re-importing an export), is not written at
+    all: no row, no change sequence, no data version moves. A record seen again
+    without service fields is written, because its last_seen moves and so does the
+    JSON the API serves for it.
 
-An import is one transaction: every line is validated before the transaction
-commits, and any bad line rolls everything back, so the database is unchanged.
+An import is one transaction (BEGIN IMMEDIATE ... COMMIT): every line is validated
+before the transaction commits, and any bad line rolls everything back, so the
+database is exactly as before, as it is when the process is killed at any moment
+(SQLite's WAL ignores frames of a transaction that never committed). Readers are never
+blocked: they keep reading the last committed snapshot until COMMIT.
+
+Speed, without changing a byte of what is stored:
+  * A line is decoded straight into the Structs by msgspec. When re-encoding the
+    record gives back the line itself (every line of an export), the line holds no
+    duplicate key, so the slower duplicate-key scan with the stdlib parser runs only
+    for lines written some other way.
+  * Each record is encoded once. The content hash (every non-service field) is taken
+    over the tail of that encoding behind the four service fields, and the stored
+    body is that encoding, or the same tail behind new service fields.
+  * A large write (bulk: from `BULK_MIN_ROWS` rows, and at least a quarter of the
+    rows already stored) drops the secondary indexes inside the transaction and
+    builds them again, sorted, before COMMIT: maintaining twenty random-order indexes
+    row by row costs far more once they outgrow the page cache. The indexes the upsert
+    itself needs (the primary key and the source key) stay. A crash before COMMIT
+    leaves the indexes as they were, like everything else.
 """
 
 from __future__ import annotations
@@ -23,19 +50,44 @@ import secrets
 import sqlite3
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import IO, Any, Final, NoReturn
+from datetime import UTC, datetime, timedelta
+from typing import IO, Any, Final, NoReturn, Protocol
 
 import msgspec
 
 from app.applicants.query import phone_digits
-from app.applicants.records import Applicant, applicant_encoder
-from app.instants import format_instant, now_micros, parse_instant
+from app.applicants.records import (
+    APPLICANT_FIELDS,
+    SERVICE_FIELDS,
+    Applicant,
+    applicant_encoder,
+    applicant_line_decoder,
+)
+from app.instants import INSTANT_RULE, format_instant, now_micros
 
 # A real record is a few kilobytes; a line beyond this is refused without being read
 # into memory whole.
 MAX_LINE_BYTES: Final = 1 << 20
 MAX_REPORTED_ERRORS: Final = 5
+# A write switches to bulk mode (secondary indexes rebuilt at the end) after this many
+# rows, and only once it has written at least a quarter as many rows as were stored.
+BULK_MIN_ROWS: Final = 50_000
+BULK_FRACTION: Final = 4
+# Page cache of a write, in KiB: room for the primary key and source key of a million
+# applicants, and for the sorter's runs while indexes are built. Bounded, so memory
+# stays flat whatever the file size.
+WRITE_CACHE_KIB: Final = 160_000
+# Indexes the upsert reads while it writes: never dropped.
+KEPT_INDEXES: Final = frozenset({"applicants_source_key"})
+PROGRESS_EVERY: Final = 4096
 _NO_SERVICE_FIELDS: Final = {"id": None, "created_at": None, "updated_at": None, "last_seen": None}
+
+# The encoding of an Applicant starts with the four service fields, then x_id. The
+# content hash covers everything from `,"x_id":` on, behind null service fields, which
+# is byte for byte the encoding of the record with its service fields set to None.
+assert APPLICANT_FIELDS[:5] == (*SERVICE_FIELDS, "x_id")
+_TAIL_MARK: Final = b',"x_id":'
+_NULL_SERVICE_HEAD: Final = b'{"id":null,"created_at":null,"updated_at":null,"last_seen":null'
 
 _COLUMNS: Final = (
     "id, change_seq, integration_id, integration_vendor, x_id, x_property_id, property_id, "
@@ -48,10 +100,26 @@ _UPDATE: Final = (
     + ", ".join(f"{column.strip()} = ?" for column in _COLUMNS.split(","))
     + " WHERE id = ?"
 )
+_FIND: Final = (
+    "SELECT id, created_at, updated_at, last_seen, content_hash FROM applicants "
+    "WHERE integration_id = ? AND x_property_id = ? AND x_id = ?"
+)
+_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND: Final = timedelta(microseconds=1)
 
 
 class RecordError(ValueError):
     """A record cannot be stored; the message is `field: reason`."""
+
+
+class ProgressReporter(Protocol):
+    """Where long work reports how far it is (the CLI draws it on a terminal)."""
+
+    def advance(self, done: int, position: int = 0) -> None:
+        """`done` records (lines) so far; `position` bytes read, when reading a file."""
+
+    def phase(self, label: str) -> None:
+        """A new stage of the work has started (building indexes, committing)."""
 
 
 @dataclass(slots=True)
@@ -69,71 +137,182 @@ def new_applicant_id() -> str:
     return "app_" + secrets.token_hex(12)
 
 
+def _content_tail(encoded: bytes) -> int:
+    """Where the non-service fields start in an applicant's encoding."""
+    # Inside a JSON string every `"` is escaped, so the first `,"x_id":` is the key.
+    return encoded.index(_TAIL_MARK)
+
+
+def _content_digest(encoded: bytes, tail: int) -> bytes:
+    digest = hashlib.blake2b(_NULL_SERVICE_HEAD, digest_size=16)
+    digest.update(memoryview(encoded)[tail:])
+    return digest.digest()
+
+
 def content_hash(record: Applicant) -> bytes:
     """Hash of every non-service field: equal hashes mean nothing changed."""
-    content = msgspec.structs.replace(record, **_NO_SERVICE_FIELDS)
-    return hashlib.blake2b(applicant_encoder.encode(content), digest_size=16).digest()
+    encoded = applicant_encoder.encode(record)
+    return _content_digest(encoded, _content_tail(encoded))
+
+
+def _micros(served: str) -> int:
+    """UTC microseconds of an instant already in the served form (Structs normalise)."""
+    return (datetime.fromisoformat(served) - _EPOCH) // _MICROSECOND
 
 
 class ApplicantWriter:
     """Upserts records inside one write transaction on a plain sqlite3 connection."""
 
-    def __init__(self, connection: sqlite3.Connection, seen_at: int | None = None) -> None:
+    def __init__(
+        self,
+        connection: sqlite3.Connection,
+        seen_at: int | None = None,
+        *,
+        progress: ProgressReporter | None = None,
+        bulk_min_rows: int | None = None,
+    ) -> None:
         self._db = connection
-        self._seen_at = seen_at if seen_at is not None else now_micros()
+        self._cursor = connection.cursor()
+        # The API represents milliseconds: the stored instant is what is served.
+        self._seen_at = seen_at - seen_at % 1000 if seen_at is not None else now_micros()
+        self._seen_text = format_instant(self._seen_at)
         self._change_seq = 0
+        self._progress = progress
+        self._bulk_min_rows = BULK_MIN_ROWS if bulk_min_rows is None else bulk_min_rows
+        self._bulk_at = self._bulk_min_rows
+        self._dropped: list[tuple[str, str]] = []
+        self._cache_size: int | None = None
         self.counts = WriteCounts()
+
+    @property
+    def bulk(self) -> bool:
+        """True once the secondary indexes are dropped, to be built again at commit."""
+        return bool(self._dropped)
 
     def __enter__(self) -> ApplicantWriter:
         # IMMEDIATE: take the write lock now, so a concurrent writer fails fast here
         # rather than half-way through a file. Readers carry on (WAL).
+        # A larger page cache for the length of the write: the default 2 MB spills
+        # dirty pages to the WAL after a few thousand rows. Pages are allocated as used.
+        (self._cache_size,) = self._db.execute("PRAGMA cache_size").fetchone()
+        self._db.execute(f"PRAGMA cache_size = -{WRITE_CACHE_KIB}")
         self._db.execute("BEGIN IMMEDIATE")
-        (self._change_seq,) = self._db.execute("SELECT change_seq FROM sync_state").fetchone()
+        try:
+            (self._change_seq,) = self._db.execute("SELECT change_seq FROM sync_state").fetchone()
+            # Stored rows, estimated by the largest rowid (no scan of a large table).
+            (stored,) = self._db.execute(
+                "SELECT coalesce(max(rowid), 0) FROM applicants"
+            ).fetchone()
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            self._restore_cache()
+            raise
+        self._bulk_at = max(self._bulk_min_rows, stored // BULK_FRACTION)
         return self
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
-        if exc_type is None:
-            self._db.execute("UPDATE sync_state SET change_seq = ?", (self._change_seq,))
-            self._db.execute("COMMIT")
-        else:
-            self._db.execute("ROLLBACK")
+        try:
+            if exc_type is not None:
+                self._db.execute("ROLLBACK")
+                return
+            try:
+                self._rebuild_indexes()
+                self._db.execute("UPDATE sync_state SET change_seq = ?", (self._change_seq,))
+                if self._progress is not None:
+                    self._progress.phase("committing")
+                self._db.execute("COMMIT")
+            except BaseException:
+                if self._db.in_transaction:
+                    self._db.execute("ROLLBACK")
+                raise
+            if self._dropped:
+                # A bulk write leaves a WAL as large as what it wrote: copy it into the
+                # database now and truncate it, rather than leave it to whoever writes
+                # next. Best effort: a reader still on an older snapshot may hold it.
+                self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+        finally:
+            self._restore_cache()
 
-    def upsert(self, record: Applicant) -> None:
-        """Insert or update one record by its source key (raises RecordError)."""
-        digest = content_hash(record)
-        existing = self._db.execute(
-            "SELECT id, created_at, updated_at, last_seen, content_hash FROM applicants "
-            "WHERE integration_id = ? AND x_property_id = ? AND x_id = ?",
-            (record.integration_id, record.x_property_id, record.x_id),
+    def _restore_cache(self) -> None:
+        if self._cache_size is not None:
+            self._db.execute(f"PRAGMA cache_size = {int(self._cache_size)}")
+            self._cache_size = None
+
+    def _enter_bulk(self) -> None:
+        """Drop the secondary indexes for the rest of the transaction (built again at exit)."""
+        indexes = self._db.execute(
+            "SELECT name, sql FROM sqlite_schema WHERE type = 'index' "
+            "AND tbl_name = 'applicants' AND sql IS NOT NULL ORDER BY name"
+        ).fetchall()
+        for name, sql in indexes:
+            if name not in KEPT_INDEXES:
+                self._db.execute(f'DROP INDEX "{name}"')
+                self._dropped.append((name, sql))
+
+    def _rebuild_indexes(self) -> None:
+        for number, (_name, sql) in enumerate(self._dropped, 1):
+            if self._progress is not None:
+                self._progress.phase(f"building indexes {number}/{len(self._dropped)}")
+            self._db.execute(sql)
+
+    def upsert(self, record: Applicant, encoded: bytes | None = None) -> None:
+        """Insert or update one record by its source key (raises RecordError).
+
+        `encoded` is the record's encoding when the caller already has it.
+        """
+        if encoded is None:
+            encoded = applicant_encoder.encode(record)
+        tail = _content_tail(encoded)
+        digest = _content_digest(encoded, tail)
+        existing = self._cursor.execute(
+            _FIND, (record.integration_id, record.x_property_id, record.x_id)
         ).fetchone()
-        seen = self._seen_at
+        given_id, given_created = record.id, record.created_at
+        given_updated, given_last_seen = record.updated_at, record.last_seen
+        last_seen = _micros(given_last_seen) if given_last_seen is not None else self._seen_at
         if existing is None:
-            stored_id = record.id or new_applicant_id()
-            created = _given(record.created_at, seen)
-            updated = _given(record.updated_at, seen)
-            last_seen = _given(record.last_seen, seen)
+            stored_id = given_id or new_applicant_id()
+            created = _micros(given_created) if given_created is not None else self._seen_at
+            updated = _micros(given_updated) if given_updated is not None else self._seen_at
         else:
             old_id, old_created, old_updated, old_last_seen, old_digest = existing
             changed = old_digest != digest
-            stored_id = record.id or old_id
-            created = _given(record.created_at, old_created)
-            updated = _given(record.updated_at, seen if changed else old_updated)
-            last_seen = _given(record.last_seen, seen)
-            if (stored_id, created, updated, last_seen) == (
+            stored_id = given_id or old_id
+            created = _micros(given_created) if given_created is not None else old_created
+            if given_updated is not None:
+                updated = _micros(given_updated)
+            else:
+                updated = self._seen_at if changed else old_updated
+            if not changed and (stored_id, created, updated, last_seen) == (
                 old_id,
                 old_created,
                 old_updated,
                 old_last_seen,
-            ) and not changed:
+            ):
                 self.counts.unchanged += 1
                 return
-        stored = msgspec.structs.replace(
-            record,
-            id=stored_id,
-            created_at=format_instant(created),
-            updated_at=format_instant(updated),
-            last_seen=format_instant(last_seen),
-        )
+        if (
+            given_id is None
+            or given_created is None
+            or given_updated is None
+            or given_last_seen is None
+        ):
+            encoded = b"".join(
+                (
+                    b'{"id":',
+                    applicant_encoder.encode(stored_id),
+                    b',"created_at":"',
+                    format_instant(created).encode(),
+                    b'","updated_at":"',
+                    format_instant(updated).encode(),
+                    b'","last_seen":"',
+                    (
+                        self._seen_text if given_last_seen is None else format_instant(last_seen)
+                    ).encode(),
+                    b'"',
+                    memoryview(encoded)[tail:],
+                )
+            )
         self._change_seq += 1
         row = (
             stored_id,
@@ -156,22 +335,19 @@ class ApplicantWriter:
             record.state,
             record.zip,
             digest,
-            applicant_encoder.encode(stored).decode(),
+            encoded.decode(),
         )
         try:
             if existing is None:
-                self._db.execute(_INSERT, row)
+                self._cursor.execute(_INSERT, row)
                 self.counts.inserted += 1
             else:
-                self._db.execute(_UPDATE, (*row, existing[0]))
+                self._cursor.execute(_UPDATE, (*row, existing[0]))
                 self.counts.updated += 1
         except sqlite3.IntegrityError:
             raise RecordError(f"id: {stored_id!r} already belongs to another applicant") from None
-
-
-def _given(served: str | None, default: int) -> int:
-    """A service instant given in the input (already canonical), else the default."""
-    return parse_instant(served) if served is not None else default
+        if not self._dropped and self.counts.inserted + self.counts.updated >= self._bulk_at:
+            self._enter_bulk()
 
 
 # --- NDJSON in ---------------------------------------------------------------------
@@ -211,13 +387,15 @@ def _reject_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 
 def _reject_constant(name: str) -> NoReturn:
-    raise RecordError(f"{name} is not valid JSON")
+    raise RecordError(f"(line): {name} is not valid JSON")
 
 
 _LOCATION = re.compile(r"^(?P<message>.*?)(?: - at `\$(?P<path>[^`]*)`)?$", re.DOTALL)
 _MISSING = re.compile(r"Object missing required field `(?P<field>[^`]+)`")
 _UNKNOWN = re.compile(r"Object contains unknown field `(?P<field>[^`]+)`")
-_FIELD_MESSAGE = re.compile(r"(?P<field>[A-Za-z0-9_\[\]]+): (?P<reason>.*)", re.DOTALL)
+_FIELD_MESSAGE = re.compile(r"(?P<field>[A-Za-z0-9_.\[\]]+): (?P<reason>.*)", re.DOTALL)
+# Struct checks that name their field first, without a colon ("custom_data holds ...").
+_FIELD_FIRST = re.compile(r"(?P<field>custom_data) (?P<reason>.*)", re.DOTALL)
 
 
 def describe_validation_error(error: msgspec.ValidationError) -> str:
@@ -230,87 +408,158 @@ def describe_validation_error(error: msgspec.ValidationError) -> str:
         field_name, reason = missing["field"], "required field is missing"
     elif unknown := _UNKNOWN.fullmatch(message):
         field_name, reason = unknown["field"], "unknown field"
-    elif named := _FIELD_MESSAGE.fullmatch(message):
+    elif named := _FIELD_MESSAGE.fullmatch(message) or _FIELD_FIRST.fullmatch(message):
         field_name, reason = named["field"], named["reason"]
     else:
         reason = message[:1].lower() + message[1:]
+    if reason == INSTANT_RULE:
+        reason = f"must be {reason}"
     location = ".".join(part for part in (path, field_name) if part).replace(".[", "[")
     return f"{location or '(record)'}: {reason}"
 
 
-def parse_line(raw: bytes) -> Applicant:
-    """Validate one NDJSON line into an Applicant (raises RecordError)."""
+def _describe_decode_error(error: Exception) -> str:
+    """A message for what msgspec refused that the stdlib parser accepted."""
+    if isinstance(error, msgspec.ValidationError):
+        return describe_validation_error(error)
+    match = _LOCATION.match(str(error))
+    assert match is not None
+    message, path = match["message"], (match["path"] or "").lstrip(".")
+    message = message[:1].lower() + message[1:]
+    if path:
+        return f"{path.replace('.[', '[')}: {message}"
+    return f"(line): not valid JSON ({message})"
+
+
+def _diagnose(raw: bytes, fast_error: Exception) -> RecordError:
+    """Why a line msgspec refused is bad, said as precisely as possible."""
     try:
-        text = raw.decode("utf-8")
+        text = raw.decode("utf-8").rstrip("\r\n")
     except UnicodeDecodeError as error:
-        raise RecordError(f"(line): invalid UTF-8 at byte {error.start}") from None
+        return RecordError(f"(line): invalid UTF-8 at byte {error.start}")
     try:
-        # The stdlib parser first, for what msgspec accepts silently: duplicate keys
-        # (msgspec keeps the last) and NaN/Infinity. Its recursion limit bounds depth.
         document = json.loads(
             text, object_pairs_hook=_reject_duplicates, parse_constant=_reject_constant
         )
+    except RecordError as error:
+        return error
+    except RecursionError:
+        return RecordError("(line): JSON is nested too deeply")
+    except json.JSONDecodeError as error:
+        # The column counts characters from the start of the line, 1 first.
+        return RecordError(f"(line): not valid JSON ({error.msg} at column {error.pos + 1})")
+    if not isinstance(document, dict):
+        return RecordError("(line): each line must be one JSON object (an applicant)")
+    try:
+        msgspec.convert(document, Applicant)
+    except msgspec.ValidationError as error:
+        return RecordError(describe_validation_error(error))
+    except RecursionError:
+        return RecordError("(line): JSON is nested too deeply")
+    # The stdlib parser read it but msgspec refused it.
+    try:
+        applicant_encoder.encode(document)
+    except UnicodeEncodeError:
+        return RecordError("(line): a \\u escape is a lone UTF-16 surrogate, not a character")
+    return RecordError(_describe_decode_error(fast_error))
+
+
+def _check_duplicate_keys(raw: bytes) -> None:
+    """Refuse a line where an object repeats a key (msgspec would keep the last)."""
+    try:
+        json.loads(raw, object_pairs_hook=_reject_duplicates, parse_constant=_reject_constant)
     except RecordError:
         raise
-    except RecursionError:
-        raise RecordError("(line): JSON is nested too deeply") from None
-    except json.JSONDecodeError as error:
-        raise RecordError(f"(line): not valid JSON ({error.msg} at column {error.colno})") from None
-    if not isinstance(document, dict):
-        raise RecordError("(line): each line must be one JSON object (an applicant)")
+    except (ValueError, RecursionError):
+        # msgspec read the line, so this cannot happen for well-formed JSON; say so.
+        raise RecordError("(line): not valid JSON") from None
+
+
+def parse_applicant(raw: bytes) -> tuple[Applicant, bytes]:
+    """Validate one NDJSON line into an Applicant, with its canonical encoding.
+
+    Raises RecordError (`field: reason`). What is accepted is exactly what the stdlib
+    parser with a duplicate-key check, then msgspec's Structs, both accept.
+    """
     try:
-        return msgspec.convert(document, Applicant)
-    except msgspec.ValidationError as error:
-        raise RecordError(describe_validation_error(error)) from None
+        record = applicant_line_decoder.decode(raw)
+    except (msgspec.DecodeError, RecursionError, UnicodeError) as error:
+        raise _diagnose(raw, error) from None
+    encoded = applicant_encoder.encode(record)
+    if encoded != raw.rstrip(b"\r\n"):
+        # Not written the way we write: it might hide a repeated key.
+        _check_duplicate_keys(raw)
+    return record, encoded
 
 
-def _lines(stream: IO[bytes]) -> Iterator[tuple[int, bytes | None]]:
-    """Yield (line number, line) with lines over the size limit as None, never read whole."""
+def parse_line(raw: bytes) -> Applicant:
+    """Validate one NDJSON line into an Applicant (raises RecordError)."""
+    return parse_applicant(raw)[0]
+
+
+def _lines(stream: IO[bytes]) -> Iterator[tuple[int, bytes | None, int]]:
+    """Yield (line number, line, bytes read so far); a line over the size limit is None.
+
+    An over-long line is skipped in pieces, never read whole.
+    """
     number = 0
+    position = 0
+    readline = stream.readline
     while True:
-        line = stream.readline(MAX_LINE_BYTES + 1)
+        line = readline(MAX_LINE_BYTES + 1)
         if not line:
             return
         number += 1
+        position += len(line)
         if len(line) > MAX_LINE_BYTES and not line.endswith(b"\n"):
             while line and not line.endswith(b"\n"):
-                line = stream.readline(MAX_LINE_BYTES)
-            yield number, None
+                line = readline(MAX_LINE_BYTES)
+                position += len(line)
+            yield number, None, position
             continue
-        yield number, line
+        if number == 1 and line.startswith(b"\xef\xbb\xbf"):
+            line = line[3:]  # a UTF-8 byte order mark, as some editors write
+        yield number, line, position
 
 
 def import_ndjson(
     connection: sqlite3.Connection,
     stream: IO[bytes],
-    progress: Any = None,
+    progress: ProgressReporter | None = None,
+    *,
+    seen_at: int | None = None,
+    bulk_min_rows: int | None = None,
 ) -> ImportReport:
     """Upsert every line of an NDJSON stream in one transaction, or refuse the file whole.
 
     Raises ImportRefused (with the first few line errors) and writes nothing when any
-    line is bad or the file holds no records.
+    line is bad or the file holds no records. `seen_at` (UTC microseconds) is the
+    instant the records are seen, by default now.
     """
     report = ImportReport()
-    writer = ApplicantWriter(connection)
+    writer = ApplicantWriter(connection, seen_at, progress=progress, bulk_min_rows=bulk_min_rows)
     try:
         with writer:
-            for number, line in _lines(stream):
+            for number, line, position in _lines(stream):
                 report.lines = number
-                if progress is not None:
-                    progress(number)
+                if progress is not None and number % PROGRESS_EVERY == 0:
+                    progress.advance(number, position)
                 if line is None:
                     _record_error(report, number, f"(line): longer than {MAX_LINE_BYTES} bytes")
                     continue
-                if not line.strip():
-                    continue  # blank lines separate nothing; tolerated
+                if line.isspace():
+                    continue  # a blank line separates nothing; tolerated
                 try:
-                    record = parse_line(line)
+                    record, encoded = parse_applicant(line)
                     if report.ok:
-                        writer.upsert(record)
+                        writer.upsert(record, encoded)
                 except RecordError as error:
                     _record_error(report, number, str(error))
             if report.ok and writer.counts.seen == 0:
-                report.errors.append("the file holds no records")
+                report.errors.append(
+                    f"line {max(report.lines, 1)}: (file): no applicant records "
+                    "(the file is empty or blank)"
+                )
             if not report.ok:
                 raise ImportRefused(report)
     finally:
@@ -321,31 +570,63 @@ def import_ndjson(
 def _record_error(report: ImportReport, number: int, message: str) -> None:
     report.bad_lines += 1
     if len(report.errors) < MAX_REPORTED_ERRORS:
-        report.errors.append(f"line {number}: {message}")
+        report.errors.append(f"line {number}: {_one_line(message)}")
 
 
-def write_records(connection: sqlite3.Connection, records: Iterable[Applicant]) -> WriteCounts:
+# Control characters (a key may hold a newline or an escape sequence) and the Unicode
+# line separators: written escaped, so one error is one line and cannot drive a terminal.
+_UNPRINTABLE = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+MAX_MESSAGE_CHARS: Final = 300
+
+
+def _one_line(message: str) -> str:
+    """The message on one line, escaped and cut to a readable length."""
+    if len(message) > MAX_MESSAGE_CHARS:
+        message = message[: MAX_MESSAGE_CHARS - 3] + "..."
+    return _UNPRINTABLE.sub(lambda match: repr(match[0])[1:-1], message)
+
+
+def write_records(
+    connection: sqlite3.Connection,
+    records: Iterable[Applicant],
+    progress: ProgressReporter | None = None,
+) -> WriteCounts:
     """Upsert records (already valid Structs) in one transaction; used by `seed`."""
-    writer = ApplicantWriter(connection)
+    writer = ApplicantWriter(connection, progress=progress)
     with writer:
-        for record in records:
+        for done, record in enumerate(records, 1):
             writer.upsert(record)
+            if progress is not None and done % PROGRESS_EVERY == 0:
+                progress.advance(done)
     return writer.counts
 
 
 # --- NDJSON out --------------------------------------------------------------------
 
+EXPORT_BATCH: Final = 512
 
-def export_ndjson(connection: sqlite3.Connection, out: IO[bytes]) -> int:
+
+def export_ndjson(
+    connection: sqlite3.Connection,
+    out: IO[bytes],
+    progress: ProgressReporter | None = None,
+) -> int:
     """Write every applicant, exactly as served, one per line in id order."""
     count = 0
+    # The bodies are written as SQLite holds them: no decode to str and encode back.
+    text_factory = connection.text_factory
+    connection.text_factory = bytes
     # One read transaction: the export is one consistent snapshot.
     connection.execute("BEGIN")
     try:
-        for (body,) in connection.execute("SELECT body FROM applicants ORDER BY id"):
-            out.write(body.encode())
+        cursor = connection.execute("SELECT body FROM applicants ORDER BY id")
+        while rows := cursor.fetchmany(EXPORT_BATCH):
+            out.write(b"\n".join([body for (body,) in rows]))
             out.write(b"\n")
-            count += 1
+            count += len(rows)
+            if progress is not None:
+                progress.advance(count)
     finally:
         connection.execute("COMMIT")
+        connection.text_factory = text_factory
     return count

@@ -1,0 +1,447 @@
+"""The upsert and NDJSON in and out (app/applicants/ingest.py), rule by rule.
+
+Expected values are built here by hand or with the Structs' own encoder, never read
+back from the code under test: a stored row is compared with what CONTRACT.md says it
+must be.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import re
+import sqlite3
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from app.applicants.ingest import (
+    ApplicantWriter,
+    ImportRefused,
+    ImportReport,
+    content_hash,
+    export_ndjson,
+    import_ndjson,
+    parse_line,
+    write_records,
+)
+from app.applicants.records import Applicant, applicant_encoder
+from app.database import open_for_write
+from seed.generator import synthetic_applicants
+
+T0 = 1_735_689_600_000_000  # 2025-01-01T00:00:00Z in microseconds
+T1 = T0 + 86_400_000_000  # a day later
+T2 = T1 + 86_400_000_000
+T0_TEXT, T1_TEXT, T2_TEXT = (
+    "2025-01-01T00:00:00.000Z",
+    "2025-01-02T00:00:00.000Z",
+    "2025-01-03T00:00:00.000Z",
+)
+SERVICE = ("id", "created_at", "updated_at", "last_seen")
+
+
+def source(number: int = 1, **fields: Any) -> dict[str, Any]:
+    """A record as a source system reports it: no service fields."""
+    record: dict[str, Any] = {
+        "x_id": f"X{number:04d}",
+        "x_property_id": "P-1",
+        "property_id": "prop_1",
+        "integration_id": "int_1",
+        "integration_vendor": "YARDI",
+        "first_name": "Ann",
+    }
+    record.update(fields)
+    return record
+
+
+def served(number: int = 1, **fields: Any) -> dict[str, Any]:
+    """A record as the API serves it: every service field given."""
+    record = source(number)
+    record.update(
+        id=f"app_{number:024x}", created_at=T0_TEXT, updated_at=T0_TEXT, last_seen=T0_TEXT
+    )
+    record.update(fields)
+    return record
+
+
+def ndjson(*records: dict[str, Any]) -> bytes:
+    return b"".join(json.dumps(record).encode() + b"\n" for record in records)
+
+
+def run_import(db: sqlite3.Connection, data: bytes, **options: Any) -> ImportReport:
+    return import_ndjson(db, io.BytesIO(data), **options)
+
+
+def rows(db: sqlite3.Connection) -> dict[str, dict[str, Any]]:
+    """Every stored row by x_id, with its body parsed."""
+    cursor = db.execute(
+        "SELECT x_id, id, change_seq, created_at, updated_at, last_seen, body FROM applicants"
+    )
+    names = [column[0] for column in cursor.description]
+    result = {}
+    for values in cursor:
+        row = dict(zip(names, values, strict=True))
+        row["json"] = json.loads(row["body"])
+        result[row["x_id"]] = row
+    return result
+
+
+def data_version(db: sqlite3.Connection) -> int:
+    return int(db.execute("SELECT change_seq FROM sync_state").fetchone()[0])
+
+
+def exported(db: sqlite3.Connection) -> bytes:
+    out = io.BytesIO()
+    export_ndjson(db, out)
+    return out.getvalue()
+
+
+def to_micros(text: str) -> int:
+    moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    delta = moment - datetime(1970, 1, 1, tzinfo=UTC)
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+
+
+# --- a line without service fields --------------------------------------------------
+
+
+def test_new_record_without_service_fields_gets_a_fresh_id_and_the_import_time(
+    db: sqlite3.Connection,
+) -> None:
+    report = run_import(db, ndjson(source(1), source(2)), seen_at=T1)
+    assert (report.counts.inserted, report.counts.updated, report.counts.unchanged) == (2, 0, 0)
+    stored = rows(db)
+    for row in stored.values():
+        assert re.fullmatch(r"app_[0-9a-f]{24}", row["id"])
+        assert row["json"]["id"] == row["id"]
+        for name in ("created_at", "updated_at", "last_seen"):
+            assert row["json"][name] == T1_TEXT
+            assert row[name] == T1
+    assert stored["X0001"]["id"] != stored["X0002"]["id"]
+
+
+def test_the_import_time_is_now_by_default(db: sqlite3.Connection) -> None:
+    before = datetime.now(UTC).replace(microsecond=0)
+    run_import(db, ndjson(source()))
+    after = datetime.now(UTC)
+    created = datetime.fromisoformat(rows(db)["X0001"]["json"]["created_at"])
+    assert before <= created <= after
+
+
+def test_seen_again_unchanged_moves_only_last_seen(db: sqlite3.Connection) -> None:
+    run_import(db, ndjson(source()), seen_at=T0)
+    first = rows(db)["X0001"]
+    report = run_import(db, ndjson(source()), seen_at=T1)
+    again = rows(db)["X0001"]
+    assert report.counts.updated == 1
+    assert again["id"] == first["id"]
+    assert again["json"]["created_at"] == T0_TEXT
+    assert again["json"]["updated_at"] == T0_TEXT  # nothing changed
+    assert again["json"]["last_seen"] == T1_TEXT
+    assert (again["created_at"], again["updated_at"], again["last_seen"]) == (T0, T0, T1)
+    # The served JSON changed (last_seen), so the row and the data version moved.
+    assert again["change_seq"] > first["change_seq"]
+
+
+def test_seen_again_changed_moves_updated_at(db: sqlite3.Connection) -> None:
+    run_import(db, ndjson(source()), seen_at=T0)
+    first = rows(db)["X0001"]
+    run_import(db, ndjson(source(first_name="Anne")), seen_at=T1)
+    again = rows(db)["X0001"]
+    assert again["id"] == first["id"]
+    assert again["json"]["first_name"] == "Anne"
+    assert (again["json"]["created_at"], again["json"]["updated_at"]) == (T0_TEXT, T1_TEXT)
+    assert again["json"]["last_seen"] == T1_TEXT
+    assert (again["created_at"], again["updated_at"], again["last_seen"]) == (T0, T1, T1)
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"custom_data": {"score": 1}},
+        {"pets": [{"name": "Rex"}]},
+        {"middle_name": None, "first_name": None},
+        {"x_unit_id_preferred": ["U1"]},
+    ],
+)
+def test_any_field_changing_moves_updated_at(
+    db: sqlite3.Connection, change: dict[str, Any]
+) -> None:
+    run_import(db, ndjson(source(custom_data={"score": 0})), seen_at=T0)
+    run_import(db, ndjson(source(**{"custom_data": {"score": 0}, **change})), seen_at=T1)
+    assert rows(db)["X0001"]["json"]["updated_at"] == T1_TEXT
+
+
+# --- service fields given -------------------------------------------------------------
+
+
+def test_seen_again_identically_is_not_written(db: sqlite3.Connection) -> None:
+    run_import(db, ndjson(served(1), served(2)), seen_at=T1)
+    before, version, export = rows(db), data_version(db), exported(db)
+    report = run_import(db, export, seen_at=T2)
+    assert (report.counts.inserted, report.counts.updated, report.counts.unchanged) == (0, 0, 2)
+    assert data_version(db) == version
+    assert rows(db) == before
+    assert exported(db) == export
+
+
+def test_service_fields_given_are_kept_as_given(db: sqlite3.Connection) -> None:
+    run_import(db, ndjson(served(1, updated_at=T1_TEXT)), seen_at=T2)
+    row = rows(db)["X0001"]
+    assert row["id"] == f"app_{1:024x}"
+    assert (row["json"]["created_at"], row["json"]["updated_at"]) == (T0_TEXT, T1_TEXT)
+    assert row["json"]["last_seen"] == T0_TEXT  # given, so not the import time
+    # Given again with other values, even earlier ones and a new id: kept as given.
+    changed = served(1, id="app_restored", first_name="Zoë", last_seen=T0_TEXT)
+    changed["created_at"] = "2024-06-01T00:00:00.000Z"
+    run_import(db, ndjson(changed), seen_at=T2)
+    row = rows(db)["X0001"]
+    assert row["id"] == "app_restored"
+    assert row["json"]["created_at"] == "2024-06-01T00:00:00.000Z"
+    assert row["json"]["updated_at"] == T0_TEXT  # given; a field changed, still as given
+    assert row["updated_at"] == T0
+
+
+def test_each_missing_service_field_is_filled_on_its_own(db: sqlite3.Connection) -> None:
+    run_import(db, ndjson(served(1)), seen_at=T0)
+    partial = source(1, first_name="Other", created_at="2020-01-01T00:00:00Z")
+    run_import(db, ndjson(partial), seen_at=T2)
+    row = rows(db)["X0001"]
+    assert row["id"] == f"app_{1:024x}"  # kept: not given
+    assert row["json"]["created_at"] == "2020-01-01T00:00:00.000Z"  # given
+    assert row["json"]["updated_at"] == T2_TEXT  # changed, not given: the import time
+    assert row["json"]["last_seen"] == T2_TEXT
+
+
+def test_an_id_that_belongs_to_another_applicant_refuses_the_file(
+    db: sqlite3.Connection,
+) -> None:
+    run_import(db, ndjson(served(1)), seen_at=T0)
+    before, version = rows(db), data_version(db)
+    with pytest.raises(ImportRefused) as refused:
+        run_import(db, ndjson(served(5), served(2, id=f"app_{1:024x}")), seen_at=T1)
+    assert refused.value.report.errors == [
+        f"line 2: id: 'app_{1:024x}' already belongs to another applicant"
+    ]
+    assert rows(db) == before
+    assert data_version(db) == version
+
+
+def test_the_same_record_twice_in_one_file_ends_as_the_last(db: sqlite3.Connection) -> None:
+    report = run_import(db, ndjson(source(), source(first_name="Bea")), seen_at=T0)
+    assert (report.counts.inserted, report.counts.updated) == (1, 1)
+    (row,) = rows(db).values()
+    assert row["json"]["first_name"] == "Bea"
+
+
+def test_the_upsert_key_is_integration_property_and_x_id(db: sqlite3.Connection) -> None:
+    lines = ndjson(
+        source(1),
+        source(1, integration_id="int_2"),
+        source(1, x_property_id="P-2"),
+        source(2),
+    )
+    assert run_import(db, lines, seen_at=T0).counts.inserted == 4
+
+
+def test_change_seq_and_data_version_move_with_every_row_written(db: sqlite3.Connection) -> None:
+    run_import(db, ndjson(served(1), served(2)), seen_at=T0)
+    assert data_version(db) == 2
+    run_import(db, ndjson(served(1), served(2, first_name="B"), served(3)), seen_at=T1)
+    stored = rows(db)
+    assert data_version(db) == 4
+    assert sorted(row["change_seq"] for row in stored.values()) == [1, 3, 4]
+    assert stored["X0001"]["change_seq"] == 1  # unchanged: not written
+
+
+# --- datetimes ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("given", "stored"),
+    [
+        ("2025-03-01T10:00:00+05:30", "2025-03-01T04:30:00.000Z"),
+        ("2025-03-01T10:00:00.123456789-08:00", "2025-03-01T18:00:00.123Z"),
+        ("2025-03-01T10:00:00 05:00", "2025-03-01T05:00:00.000Z"),
+        ("2025-03-01t23:30z", "2025-03-01T23:30:00.000Z"),
+        ("2025-03-01T10:00", "2025-03-01T10:00:00.000Z"),
+        ("2025-03-01", "2025-03-01T00:00:00.000Z"),
+        ("2025-01-01T00:30:00+01:00", "2024-12-31T23:30:00.000Z"),
+        ("2025-03-01T12:34:56.789Z", "2025-03-01T12:34:56.789Z"),
+    ],
+)
+def test_input_datetimes_with_any_offset_are_stored_in_utc(
+    db: sqlite3.Connection, given: str, stored: str
+) -> None:
+    pet = {"created_at": given, "updated_at": given, "last_seen": given}
+    screening = {"created_at": given, "last_seen": given, "screening_date": given}
+    record = served(1, created_at=given, updated_at=given, last_seen=given)
+    record.update(pets=[pet], screenings=[screening])
+    run_import(db, ndjson(record), seen_at=T0)
+    row = rows(db)["X0001"]
+    for name in ("created_at", "updated_at", "last_seen"):
+        assert row["json"][name] == stored
+        assert row[name] == to_micros(stored)
+    assert {row["json"]["pets"][0][name] for name in pet} == {stored}
+    assert {row["json"]["screenings"][0][name] for name in screening} == {stored}
+
+
+# --- what is stored is the canonical encoding ------------------------------------------
+
+
+def reference_hash(record: Applicant) -> bytes:
+    """The content hash as first specified: the encoding with null service fields."""
+    blank = msgspec.structs.replace(
+        record, id=None, created_at=None, updated_at=None, last_seen=None
+    )
+    return hashlib.blake2b(applicant_encoder.encode(blank), digest_size=16).digest()
+
+
+def test_content_hash_is_the_hash_of_the_record_without_service_fields() -> None:
+    for record in synthetic_applicants(200, seed=3):
+        assert content_hash(record) == reference_hash(record)
+    tricky = Applicant(
+        id='app_,"x_id":"evil"',
+        x_id=',"x_id":',
+        x_property_id="P",
+        property_id="p",
+        integration_id="i",
+        integration_vendor="V",
+    )
+    assert content_hash(tricky) == reference_hash(tricky)
+
+
+@settings(max_examples=60, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    record_id=st.none() | st.text(min_size=1, max_size=12),
+    first_name=st.none() | st.text(max_size=12),
+    given=st.sampled_from(["none", "some", "all"]),
+)
+def test_stored_body_is_the_struct_encoding_with_service_fields_filled(
+    tmp_path: Path, record_id: str | None, first_name: str | None, given: str
+) -> None:
+    fields: dict[str, Any] = source(first_name=first_name)
+    if given == "all":
+        fields.update(id=record_id or "app_given", created_at=T0_TEXT)
+        fields.update(updated_at=T0_TEXT, last_seen=T0_TEXT)
+    elif given == "some":
+        fields.update(id=record_id, updated_at=T0_TEXT)
+    path = tmp_path / f"{abs(hash((record_id, first_name, given)))}.db"
+    connection = open_for_write(path)
+    try:
+        run_import(connection, ndjson(fields), seen_at=T1)
+        (row,) = rows(connection).values()
+        record = msgspec.convert(fields, Applicant)
+        expected = msgspec.structs.replace(
+            record,
+            id=row["id"],
+            created_at=record.created_at or T1_TEXT,
+            updated_at=record.updated_at or T1_TEXT,
+            last_seen=record.last_seen or T1_TEXT,
+        )
+        assert row["body"] == applicant_encoder.encode(expected).decode()
+        assert connection.execute("SELECT typeof(body) FROM applicants").fetchone() == ("text",)
+    finally:
+        connection.close()
+
+
+# --- parse_line -----------------------------------------------------------------------
+
+
+def test_a_canonical_line_and_a_reordered_one_give_the_same_record() -> None:
+    record = next(iter(synthetic_applicants(1, seed=1)))
+    canonical = applicant_encoder.encode(record)
+    reordered = json.dumps(dict(reversed(list(json.loads(canonical).items())))).encode()
+    assert parse_line(canonical + b"\n") == record
+    assert parse_line(reordered + b"\r\n") == record
+
+
+def test_a_repeated_key_is_refused_wherever_it_is() -> None:
+    record = json.loads(applicant_encoder.encode(next(iter(synthetic_applicants(1, seed=1)))))
+    record["custom_data"] = {"k": 1}
+    text = json.dumps(record, separators=(",", ":"))
+    for duplicated in (
+        text.replace('"first_name":', '"first_name":"A","first_name":', 1),
+        text.replace('"custom_data":{"k":1}', '"custom_data":{"k":1,"k":1}', 1),
+        text.replace('"x_id":', '"x_id":"X","x_id":', 1),
+    ):
+        with pytest.raises(ValueError, match="key appears more than once"):
+            parse_line(duplicated.encode())
+
+
+# --- bulk writes ----------------------------------------------------------------------
+
+
+def schema_of(db: sqlite3.Connection) -> list[tuple[str, str]]:
+    return db.execute("SELECT name, sql FROM sqlite_schema ORDER BY name").fetchall()
+
+
+def test_a_bulk_write_stores_the_same_and_rebuilds_every_index(tmp_path: Path) -> None:
+    records = [applicant_encoder.encode(r) + b"\n" for r in synthetic_applicants(120, seed=5)]
+    results = []
+    for bulk_min_rows in (10**9, 10):
+        connection = open_for_write(tmp_path / f"bulk-{bulk_min_rows}.db")
+        try:
+            schema = schema_of(connection)
+            writer_report = run_import(connection, b"".join(records), bulk_min_rows=bulk_min_rows)
+            assert writer_report.counts.inserted == 120
+            assert schema_of(connection) == schema
+            assert connection.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+            results.append((exported(connection), data_version(connection)))
+        finally:
+            connection.close()
+    assert results[0] == results[1]
+    assert results[0][0] == b"".join(sorted(records))
+
+
+def test_a_refused_bulk_write_leaves_schema_and_rows_as_they_were(
+    db: sqlite3.Connection,
+) -> None:
+    write_records(db, synthetic_applicants(30, seed=2))
+    schema, export, version = schema_of(db), exported(db), data_version(db)
+    lines = [applicant_encoder.encode(r) + b"\n" for r in synthetic_applicants(80, seed=6)]
+    lines.append(b'{"x_id": 1}\n')
+    with pytest.raises(ImportRefused):
+        run_import(db, b"".join(lines), bulk_min_rows=10)
+    assert (schema_of(db), exported(db), data_version(db)) == (schema, export, version)
+    assert db.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+
+
+def test_the_writer_enters_bulk_mode_only_for_large_writes(db: sqlite3.Connection) -> None:
+    write_records(db, synthetic_applicants(40, seed=2))
+    with ApplicantWriter(db, bulk_min_rows=5) as writer:
+        # 40 rows stored: bulk from max(5, 40 // 4) = 10 rows written.
+        for number, record in enumerate(synthetic_applicants(12, seed=9), 1):
+            writer.upsert(record)
+            assert writer.bulk == (number >= 10)
+    assert db.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+
+
+def test_the_page_cache_setting_is_restored_after_a_write(db: sqlite3.Connection) -> None:
+    before = db.execute("PRAGMA cache_size").fetchone()
+    write_records(db, synthetic_applicants(3, seed=2))
+    with pytest.raises(ImportRefused):
+        run_import(db, b"{}\n")
+    assert db.execute("PRAGMA cache_size").fetchone() == before
+
+
+# --- export ---------------------------------------------------------------------------
+
+
+def test_export_writes_every_body_in_id_order(db: sqlite3.Connection) -> None:
+    write_records(db, synthetic_applicants(50, seed=4))
+    lines = exported(db).splitlines()
+    bodies = dict(db.execute("SELECT id, body FROM applicants").fetchall())
+    assert [json.loads(line)["id"] for line in lines] == sorted(bodies)
+    assert lines == [bodies[key].encode() for key in sorted(bodies)]
+
+
+def test_export_of_an_empty_database_is_empty(db: sqlite3.Connection) -> None:
+    assert exported(db) == b""
+    assert not db.in_transaction
