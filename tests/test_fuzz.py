@@ -27,6 +27,9 @@ import schemathesis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from litestar.testing import TestClient
+from schemathesis import engine
+from schemathesis.config import SchemathesisConfig
+from schemathesis.engine import events
 from schemathesis.generation.modes import GenerationMode
 from schemathesis.specs.openapi.checks import positive_data_acceptance
 from schemathesis.specs.openapi.schemas import OpenApiSchema
@@ -38,7 +41,8 @@ from app.main import create_app
 
 # Examples per (operation, positive/negative): bounded so the whole module stays well
 # under a minute; raise it locally for a deeper run.
-EXAMPLES = 100
+EXAMPLES = 60
+ENGINE_EXAMPLES = 30
 RAW_EXAMPLES = 400
 
 
@@ -177,6 +181,48 @@ def test_openapi_document_holds_for_generated_requests(
     if mode is GenerationMode.POSITIVE:
         # The token works: the run reached the routes, not only the 401.
         assert statuses[200] > 0, statuses
+
+
+def test_every_schemathesis_phase_holds(fuzz_db: Path, fuzz_token: str) -> None:
+    """What `schemathesis run` does, in-process: examples, coverage (boundary and
+    missing or malformed values of every parameter), fuzzing, and stateful sequences
+    following the document's links, each request checked by every default check."""
+    config = SchemathesisConfig.from_dict(
+        {
+            "headers": {"Authorization": f"Bearer {fuzz_token}"},
+            # Off for the reason given in the test above.
+            "checks": {"positive_data_acceptance": {"enabled": False}},
+            "generation": {"max-examples": ENGINE_EXAMPLES},
+            "phases": {
+                phase: {"enabled": True}
+                for phase in ("examples", "coverage", "fuzzing", "stateful")
+            },
+            "workers": 1,
+        }
+    )
+    app = create_app(Settings(db_path=fuzz_db, log_format="off"))
+    loaded = schemathesis.openapi.from_asgi("/schema/openapi.json", app, config=config)
+    problems: list[str] = []
+    phases: dict[str, str] = {}
+    scenarios = 0
+    for event in engine.from_schema(loaded).execute():
+        if isinstance(event, events.PhaseFinished):
+            phases[event.phase.name.value] = event.status.value
+        elif isinstance(event, events.ScenarioFinished):
+            scenarios += 1
+            for checks in event.recorder.checks.values():
+                problems.extend(
+                    f"{check.name}: {check.failure_info.failure.title}\n"
+                    f"  {check.failure_info.code_sample}"
+                    for check in checks
+                    if check.failure_info is not None
+                )
+        elif isinstance(event, (events.NonFatalError, events.FatalError)):
+            problems.append(f"error: {event.info.format()}")
+    assert not problems, "\n".join(dict.fromkeys(problems))
+    for phase in ("examples", "coverage", "fuzzing", "stateful"):
+        assert phases.get(phase) == "success", phases
+    assert scenarios > 0
 
 
 # --- Hypothesis over raw targets ------------------------------------------------------
