@@ -198,6 +198,7 @@ def test_every_schemathesis_phase_holds(fuzz_db: Path, fuzz_token: str) -> None:
                 for phase in ("examples", "coverage", "fuzzing", "stateful")
             },
             "workers": 1,
+            "cache": {"enabled": False},  # no .schemathesis/ left in the working tree
         }
     )
     app = create_app(Settings(db_path=fuzz_db, log_format="off"))
