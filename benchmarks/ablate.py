@@ -114,6 +114,7 @@ def hop(db: Path, seconds: float = 2.0) -> None:
 def main() -> int:
     quick = "--quick" in sys.argv
     settings = run.QUICK if quick else run.FULL
+    run.raise_priority()
     run.ensure_wrk()
     db = run.ensure_database(run.SMALL)
     hop(db)

@@ -79,6 +79,7 @@ EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 # The server runs with its defaults but one: a per-token rate limit would turn a load
 # test into a test of the limiter (it answers 429 after a few hundred requests).
 SERVER_ENV = {"LEASESTAR_RATE_LIMIT": "off"}
+NICE = -10
 
 
 @dataclass(frozen=True)
@@ -259,10 +260,18 @@ def count_rows(path: Path) -> int:
 
 
 def data_fingerprint() -> str:
-    """What a seeded database depends on: the schema and the generator."""
-    digest = hashlib.sha256()
-    for source in (ROOT / "schema.sql", ROOT / "seed" / "generator.py"):
-        digest.update(source.read_bytes())
+    """What a seeded database depends on: the schema, and what the generator makes.
+
+    The generator's output is hashed rather than its source, so that making it faster
+    without changing a record does not cost a reseed of a million rows.
+    """
+    import msgspec
+
+    from seed.generator import synthetic_applicants
+
+    digest = hashlib.sha256((ROOT / "schema.sql").read_bytes())
+    for record in synthetic_applicants(200, 0):
+        digest.update(msgspec.json.encode(record))
     return digest.hexdigest()[:16]
 
 
@@ -999,7 +1008,7 @@ class Target:
             return "PASS"
         if self.measured <= 0:
             return "MISS (nothing served)"
-        return f"MISS (needs {self.need / self.measured:.1f}x more)"
+        return f"MISS ({(self.need - self.measured) / self.need:.0%} short)"
 
 
 def evaluate(run: Run) -> list[Target]:
@@ -1096,17 +1105,19 @@ def fmt(value: float | None, digits: int = 0) -> str:
     return "-" if value is None else f"{value:,.{digits}f}"
 
 
-def case_table(results: list[CaseResult]) -> list[str]:
+def case_table(results: list[CaseResult], with_rows: bool = False) -> list[str]:
     lines = [
-        "| case | req/s | p50 ms | p99 ms | body B | wire B/resp | in-process /s "
+        ("| rows " if with_rows else "")
+        + "| case | req/s | p50 ms | p99 ms | body B | wire B/resp | in-process /s "
         "| HTTP floor /s | composite /s | x composite |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        ("|---:" if with_rows else "") + "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in results:
         m = r.served
         assert m is not None
         lines.append(
-            f"| {r.case.label} | {fmt(m.rps)} | {m.p50_ms:.2f} | {m.p99_ms:.2f} | "
+            (f"| {r.rows:,} " if with_rows else "")
+            + f"| {r.case.label} | {fmt(m.rps)} | {m.p50_ms:.2f} | {m.p99_ms:.2f} | "
             f"{r.body_bytes:,} | {m.wire_bytes:,.0f} | {fmt(r.inprocess_rps)} | "
             f"{fmt(r.http_floor.rps if r.http_floor else None)} | {fmt(r.composite)} | "
             f"{fmt(r.ratio, 2)} |"
@@ -1123,7 +1134,8 @@ def markdown(report: dict[str, Any], run: Run, targets: list[Target]) -> str:
         "",
         f"Run {report['when']} on commit `{report['commit']}` with `{report['command']}`: "
         f"{s['seconds']} measured seconds per case ({s['slices']} interleaved slices of "
-        f"{s['slice_seconds']} s) after a {s['warmup']} s warm-up; {report['elapsed']}.",
+        f"{s['slice_seconds']} s) after a {s['warmup']} s warm-up, every process at nice "
+        f"{s['nice']}; {report['elapsed']}.",
         "",
         "**Machine**: "
         + ", ".join(f"{k} {v}" for k, v in report["machine"].items())
@@ -1169,7 +1181,7 @@ def markdown(report: dict[str, Any], run: Run, targets: list[Target]) -> str:
             "the scale ratio compares like with like. The 1M cases' HTTP floors are the "
             "100k ones (same body sizes).",
             "",
-            *case_table(run.scale),
+            *case_table(run.scale, with_rows=True),
         ]
     lines += [
         "",
@@ -1459,12 +1471,21 @@ def summarise_profile(path: Path, top: int = 25) -> None:
 # --------------------------------------------------------------------------- main
 
 
+def raise_priority() -> int:
+    """Run (and start every server and wrk) at nice -10 where allowed: on a machine shared
+    with other work, that keeps the measured processes from losing their cores to it."""
+    with contextlib.suppress(OSError, AttributeError):
+        os.setpriority(os.PRIO_PROCESS, 0, NICE)
+    return os.getpriority(os.PRIO_PROCESS, 0)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="leasestar's list path against its floors")
     parser.add_argument("--quick", action="store_true", help="100k rows only, 3 s per case")
     parser.add_argument("--profile", action="store_true", help="py-spy the server instead")
     args = parser.parse_args(argv)
     settings = QUICK if args.quick else FULL
+    priority = raise_priority()
     ensure_wrk()
     WORK.mkdir(parents=True, exist_ok=True)
     if args.profile:
@@ -1486,6 +1507,7 @@ def main(argv: list[str] | None = None) -> int:
             "slice_seconds": settings.slice_seconds,
             "warmup": settings.warmup,
             "quick": settings.quick,
+            "nice": priority,
         },
     }
     measuring = time.monotonic()
