@@ -26,7 +26,7 @@ import pytest
 import schemathesis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from litestar.testing import TestClient
+from litestar.testing import AsyncTestClient, TestClient
 from schemathesis import engine
 from schemathesis.config import SchemathesisConfig
 from schemathesis.engine import events
@@ -64,13 +64,17 @@ def fuzz_db(seeded_template: Path, tmp_path_factory: pytest.TempPathFactory) -> 
     return path
 
 
-@pytest.fixture(scope="module")
-def fuzz_token(fuzz_db: Path) -> str:
-    connection = open_for_write(fuzz_db)
+def new_token(path: Path, name: str, *integrations: str) -> str:
+    connection = open_for_write(path)
     try:
-        return create_token(connection, "fuzz")
+        return create_token(connection, name, integrations)
     finally:
         connection.close()
+
+
+@pytest.fixture(scope="module")
+def fuzz_token(fuzz_db: Path) -> str:
+    return new_token(fuzz_db, "fuzz")
 
 
 @pytest.fixture(scope="module")
@@ -224,6 +228,30 @@ def test_every_schemathesis_phase_holds(fuzz_db: Path, fuzz_token: str) -> None:
     for phase in ("examples", "coverage", "fuzzing", "stateful"):
         assert phases.get(phase) == "success", phases
     assert scenarios > 0
+
+
+async def test_if_none_match_star_matches_only_a_record_that_exists(
+    fuzz_db: Path, fuzz_token: str, known_ids: list[str]
+) -> None:
+    """Found by the run above: `If-None-Match: *` answered 304 for any id, existing or
+    not. `*` matches a current representation only (RFC 9110, 13.1.2)."""
+    scoped = new_token(fuzz_db, "fuzz-scoped", "no-such-integration")
+    star = {"If-None-Match": "*"}
+    app = create_app(Settings(db_path=fuzz_db, log_format="off"))
+    async with AsyncTestClient(app=app) as client:
+        for token, known, expected in ((fuzz_token, 304, 404), (scoped, 404, 404)):
+            auth = {"Authorization": f"Bearer {token}"}
+            existing = await client.get(f"/v1/applicants/{known_ids[0]}", headers=auth | star)
+            assert existing.status_code == known
+            unknown = await client.get("/v1/applicants/app_unknown", headers=auth | star)
+            assert unknown.status_code == expected
+            assert_error_body(404, unknown.content)
+        outside = await client.get(
+            f"/v1/applicants/{known_ids[0]}",
+            params={"updated_at_lte": "1970-01-01"},
+            headers={"Authorization": f"Bearer {fuzz_token}"} | star,
+        )
+        assert outside.status_code == 404
 
 
 # --- Hypothesis over raw targets ------------------------------------------------------

@@ -212,9 +212,13 @@ class ApplicantController(Controller):
     ) -> Response[ApplicantSingle]:
         """One applicant; 404 when unknown, outside the token's scope or the date bounds."""
         query = parse_record_query(_query_pairs(request.scope["query_string"]))
-        if (not_modified := await _not_modified(request, ApplicantSingle)) is not None:
-            return not_modified
         reader: ApplicantReader = request.app.state.reader
+        star = request.headers.get("if-none-match", "").strip() == "*"
+        # `If-None-Match: *` matches only a record that exists (RFC 9110, 13.1.2): an
+        # unknown id, or one outside the token's scope or the date bounds, stays a 404.
+        exists = not star or (await reader.fetch_one(id, query, _scope(request)))[0] is not None
+        if exists and (not_modified := await _not_modified(request, ApplicantSingle)) is not None:
+            return not_modified
         record, version = await reader.fetch_one(id, query, _scope(request))
         if record is None:
             raise NotFoundException()
