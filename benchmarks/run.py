@@ -68,6 +68,7 @@ WRK_SCRIPT = BENCH / "wrk.lua"
 RESULTS_MD = BENCH / "RESULTS.md"
 RESULTS_JSON = BENCH / "list-results.json"
 CHART = BENCH / "list-bench.png"
+NOTES = BENCH / "list-notes.md"
 BEGIN, END = "<!-- BEGIN list -->", "<!-- END list -->"
 
 CONNECTIONS = 16
@@ -1228,6 +1229,9 @@ def markdown(report: dict[str, Any], run: Run, targets: list[Target]) -> str:
     notes = [n for rs in run.cases.values() for r in rs for n in r.notes]
     if notes:
         lines += ["", "**Correctness problems seen during the run**: " + "; ".join(notes)]
+    if NOTES.exists():
+        # Hand-written analysis of a run (profile, misses, suggestions): kept with the figures.
+        lines += ["", NOTES.read_text().rstrip("\n")]
     lines += [
         "",
         f"![each case against its floors; p50 against offset depth]({CHART.name})",
