@@ -19,7 +19,14 @@ from pathlib import Path
 from typing import IO, Final
 
 from app import __version__
-from app.applicants.ingest import ImportRefused, export_ndjson, import_ndjson, write_records
+from app.applicants.ingest import (
+    WORKER_MIN_RECORDS,
+    ImportRefused,
+    WorkerFailed,
+    export_ndjson,
+    import_ndjson,
+    write_generated,
+)
 from app.auth import TokenError, create_token, list_tokens, revoke_token
 from app.config import (
     DEFAULT_DB,
@@ -106,7 +113,16 @@ def seed_database(path: Path, count: int, seed: int) -> int:
     try:
         progress = Progress("seed", count)
         try:
-            counts = write_records(connection, synthetic_applicants(count, seed), progress)
+            counts = write_generated(
+                connection,
+                synthetic_applicants,
+                count,
+                seed,
+                progress=progress,
+                in_worker=count >= WORKER_MIN_RECORDS,
+            )
+        except WorkerFailed as error:
+            raise CommandError(str(error)) from None
         finally:
             progress.finish()
         return counts.inserted + counts.updated
@@ -209,6 +225,8 @@ def _import(args: argparse.Namespace) -> int:
             progress = Progress("import", total_bytes=_size(stream))
             try:
                 report = import_ndjson(connection, stream, progress)
+            except WorkerFailed as failure:
+                raise CommandError(str(failure)) from None
             finally:
                 progress.finish()
     except ImportRefused as refused:

@@ -11,11 +11,11 @@ sort key (shared names, cities and timestamps) so the id tiebreak is always test
 from __future__ import annotations
 
 import random
+import time
 from collections.abc import Iterator, Sequence
 from typing import Final, TypeVar
 
 from app.applicants.records import Applicant, Application, Income, Pet, Screening
-from app.instants import format_instant
 
 INTEGRATIONS: Final = (
     ("int_yardi_01", "YARDI"),
@@ -119,14 +119,20 @@ class _Draw:
         return None if self.random() < NULL_RATE else self.random() < 0.5
 
 
-def _pet(draw: _Draw, index: int, owner: str, created: int) -> Pet:
+def _instant_text(micros: int) -> str:
+    """`format_instant` for the generator's years (1000-9999), twice as fast."""
+    seconds, fraction = divmod(micros, 1_000_000)
+    return f"{time.strftime('%Y-%m-%dT%H:%M:%S', time.gmtime(seconds))}.{fraction // 1000:03d}Z"
+
+
+def _pet(draw: _Draw, index: int, owner: str, created: int, created_text: str) -> Pet:
     rng = draw.rng
     kind, breeds = draw.choice(PETS)
     return Pet(
         id=f"pet_{owner}_{index}",
-        created_at=format_instant(created),
-        updated_at=format_instant(created + draw.below(90) * DAY),
-        last_seen=format_instant(created + draw.below(200) * DAY),
+        created_at=created_text,
+        updated_at=_instant_text(created + draw.below(90) * DAY),
+        last_seen=_instant_text(created + draw.below(200) * DAY),
         x_id=f"P{draw.below(10**7):07d}",
         age_in_years=draw.between(1, 16),
         breed=draw.choice(breeds),
@@ -188,18 +194,20 @@ def _applicant(draw: _Draw, number: int, seed: int, integration: int) -> Applica
             draw.choice(STATUSES) for _ in range(draw.choice((0, 1, 1, 1, 2, 3)))
         )
     ]
+    # Formatted once: pets and screenings share them (and formatting draws nothing).
+    created_text, last_seen_text = _instant_text(created), _instant_text(last_seen)
     pets = [
-        _pet(draw, index, applicant_id[-8:], created)
+        _pet(draw, index, applicant_id[-8:], created, created_text)
         for index in range(draw.choice((0, 0, 0, 1, 1, 2, 4)))
     ]
     screenings = [
         Screening(
             id=f"scr_{applicant_id[-8:]}_{index}",
-            created_at=format_instant(created),
-            last_seen=format_instant(last_seen),
+            created_at=created_text,
+            last_seen=last_seen_text,
             x_id=f"S{draw.below(10**7):07d}",
             status_raw=draw.choice(SCREENING_STATUSES),
-            screening_date=format_instant(created + draw.between(1, 20) * DAY),
+            screening_date=_instant_text(created + draw.between(1, 20) * DAY),
         )
         for index in range(draw.choice((0, 1, 1, 2)))
     ]
@@ -218,9 +226,9 @@ def _applicant(draw: _Draw, number: int, seed: int, integration: int) -> Applica
     birth_year = draw.between(1950, 2006)
     return Applicant(
         id=applicant_id,
-        created_at=format_instant(created),
-        updated_at=format_instant(updated),
-        last_seen=format_instant(last_seen),
+        created_at=created_text,
+        updated_at=_instant_text(updated),
+        last_seen=last_seen_text,
         x_id=x_id,
         x_property_id=x_property_id,
         x_lead_id=draw.maybe(f"L{draw.below(10**7):07d}"),

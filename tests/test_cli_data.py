@@ -456,3 +456,29 @@ def test_import_draws_progress_by_bytes_on_a_terminal(
     assert main(["import", "--db", str(seeded), str(source)]) == 0
     monkeypatch.setattr(cli.Progress, "_draw", real_draw)
     assert any("%" in text and text.startswith("import: [") for text in drawn), drawn
+
+
+def test_the_generator_formats_instants_as_the_api_does() -> None:
+    from app.instants import format_instant
+    from seed.generator import SPAN, START, _instant_text
+
+    step = 7_919_000_017  # microseconds, prime: every clock position comes up
+    for micros in range(START - SPAN, START + 2 * SPAN, SPAN // 50_000):
+        moment = micros - micros % 1000
+        assert _instant_text(moment) == format_instant(moment)
+        assert _instant_text(moment + step - step % 1000) == format_instant(
+            moment + step - step % 1000
+        )
+    for year_start in (-30_610_224_000_000_000, 253_370_764_800_000_000):  # 1000, 9999
+        assert _instant_text(year_start) == format_instant(year_start)
+
+
+def test_seed_generating_in_a_worker_stores_the_same_bytes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    inline, worker = tmp_path / "inline.db", tmp_path / "worker.db"
+    run(capsys, "seed", "--db", str(inline), "--count", "300", "--seed", "5")
+    monkeypatch.setattr(cli, "WORKER_MIN_RECORDS", 100)
+    code, out, err = run(capsys, "seed", "--db", str(worker), "--count", "300", "--seed", "5")
+    assert (code, out, err) == (0, "seeded 300 applicants (seed 5); 300 rows written\n", "")
+    assert snapshot(worker) == snapshot(inline)

@@ -34,9 +34,10 @@ from seed.generator import synthetic_applicants
 
 LEASESTAR = Path(sys.executable).with_name("leasestar")
 STORED = 200
-IMPORTED = 6000
-# Runs `import_ndjson` in a subprocess with bulk mode from 100 rows, printing each phase
-# and then pausing in it, so the test can kill the process at that exact point.
+IMPORTED = 12_000
+# Runs `import_ndjson` in a subprocess with bulk mode from 100 rows and the worker
+# process from line 100, printing each phase and then pausing in it, so the test can
+# kill the process at that exact point.
 PHASED_IMPORT = """
 import sys, time
 from pathlib import Path
@@ -53,14 +54,14 @@ class Phases:
 
 connection = open_for_write(Path(sys.argv[1]))
 with open(sys.argv[2], "rb") as stream:
-    import_ndjson(connection, stream, Phases(), bulk_min_rows=100)
+    import_ndjson(connection, stream, Phases(), bulk_min_rows=100, worker_after_lines=100)
 print("done", flush=True)
 """
 
 
 @pytest.fixture(scope="module")
 def import_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """IMPORTED new applicants and updates of every stored one, as NDJSON (~12 MB)."""
+    """IMPORTED new applicants and updates of every stored one, as NDJSON (~25 MB)."""
     path = tmp_path_factory.mktemp("durability") / "import.ndjson"
     with path.open("wb") as out:
         for record in synthetic_applicants(STORED, seed=11):
@@ -119,6 +120,36 @@ def wait_for(condition: Any, timeout: float = 60.0) -> None:
         time.sleep(0.002)
 
 
+def children(pid: int) -> list[int]:
+    """The live processes whose parent is `pid` (Linux: /proc)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (FileNotFoundError, ProcessLookupError, IndexError):
+            continue
+        if int(fields[1]) == pid and fields[0] != "Z":
+            found.append(int(stat.parent.name))
+    return found
+
+
+def assert_gone(pids: list[int]) -> None:
+    """Each process ends by itself (the import's worker notices its parent is gone)."""
+
+    def alive() -> list[int]:
+        running = []
+        for pid in pids:
+            try:
+                state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+            except (FileNotFoundError, ProcessLookupError):
+                continue
+            if state != "Z":
+                running.append(pid)
+        return running
+
+    wait_for(lambda: not alive(), timeout=20)
+
+
 def stop(process: subprocess.Popen[bytes]) -> None:
     """SIGKILL the process if it still runs, and reap it (never leave one behind)."""
     if process.poll() is None:
@@ -145,23 +176,28 @@ def assert_recovers_and_imports(path: Path, before: tuple[Any, ...], import_file
 
 @pytest.mark.skipif(not Path("/proc/self/fdinfo").is_dir(), reason="needs Linux /proc")
 def test_sigkill_mid_file_leaves_the_database_as_it_was(stored_db: Path, import_file: Path) -> None:
-    """`leasestar import FILE` killed once it has read a quarter of the file."""
+    """`leasestar import FILE` killed once it has read 80% of the file.
+
+    By then its worker process parses the lines (from line 8,193): it must not outlive
+    the importer.
+    """
     before = state(stored_db)
-    quarter = import_file.stat().st_size // 4
+    most = import_file.stat().st_size * 4 // 5
     process = subprocess.Popen(
         [str(LEASESTAR), "import", "--db", str(stored_db), str(import_file)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
     try:
-        wait_for(
-            lambda: read_position(process, import_file) > quarter or process.poll() is not None
-        )
+        wait_for(lambda: read_position(process, import_file) > most or process.poll() is not None)
         assert process.poll() is None, "the import finished before it could be killed"
+        workers = children(process.pid)
         process.send_signal(signal.SIGKILL)
     finally:
         stop(process)
     assert process.returncode == -signal.SIGKILL
+    assert workers  # the parser, and multiprocessing's resource tracker
+    assert_gone(workers)
     assert_recovers_and_imports(stored_db, before, import_file)
 
 
@@ -222,10 +258,12 @@ def test_sigkill_in_each_phase_of_a_bulk_import_leaves_the_database_as_it_was(
             if labels[-1] in (phase, "done"):
                 break
         assert labels[-1] == phase, labels
+        workers = children(process.pid)
         process.send_signal(signal.SIGKILL)
     finally:
         stop(process)
     assert process.returncode == -signal.SIGKILL
+    assert_gone(workers)
     assert_recovers_and_imports(stored_db, before, import_file)
 
 

@@ -39,23 +39,33 @@ Speed, without changing a byte of what is stored:
     row by row costs far more once they outgrow the page cache. The indexes the upsert
     itself needs (the primary key and the source key) stay. A crash before COMMIT
     leaves the indexes as they were, like everything else.
+  * A large input is parsed (import, past `WORKER_AFTER_LINES` lines) or generated
+    (seed) in a second process while this one writes, so the two share two cores.
+    The worker is spawned, not forked; like any multiprocessing spawn, a script that
+    calls these functions must guard its entry point with `if __name__ == "__main__"`.
+    It never outlives the process that started it, even one killed with SIGKILL.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import multiprocessing
+import os
+import queue
 import re
 import secrets
+import signal
 import sqlite3
-from collections.abc import Iterable, Iterator
+import threading
+import time
+from collections.abc import Callable, Generator, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import IO, Any, Final, NoReturn, Protocol
+from typing import IO, Any, Final, NamedTuple, NoReturn, Protocol
 
 import msgspec
 
-from app.applicants.query import phone_digits
 from app.applicants.records import (
     APPLICANT_FIELDS,
     SERVICE_FIELDS,
@@ -71,15 +81,24 @@ MAX_LINE_BYTES: Final = 1 << 20
 MAX_REPORTED_ERRORS: Final = 5
 # A write switches to bulk mode (secondary indexes rebuilt at the end) after this many
 # rows, and only once it has written at least a quarter as many rows as were stored.
-BULK_MIN_ROWS: Final = 50_000
+# Rebuilding costs one sorted pass per index over the whole table; keeping twenty
+# indexes row by row costs ~50 us a row even while they fit in the cache, and far more
+# once they do not. Writing as many rows as are stored, rebuilding is the cheaper.
+BULK_MIN_ROWS: Final = 5_000
 BULK_FRACTION: Final = 4
 # Page cache of a write, in KiB: room for the primary key and source key of a million
 # applicants, and for the sorter's runs while indexes are built. Bounded, so memory
 # stays flat whatever the file size.
 WRITE_CACHE_KIB: Final = 160_000
-# Indexes the upsert reads while it writes: never dropped.
-KEPT_INDEXES: Final = frozenset({"applicants_source_key"})
+# Never dropped: the source key, which the upsert reads while it writes, and the change
+# sequence, which every write appends to in order (so keeping it costs nothing).
+KEPT_INDEXES: Final = frozenset({"applicants_source_key", "applicants_change_seq"})
 PROGRESS_EVERY: Final = 4096
+# When the table is empty as a write begins, a record can only be found if this write
+# stored its key. One byte per slot of the keys' hashes says which may have been stored,
+# so most rows skip the lookup; a false positive only costs the lookup (~6% of rows at a
+# million keys). 8 MB, whatever the file size.
+WRITTEN_SLOTS: Final = 1 << 23
 _NO_SERVICE_FIELDS: Final = {"id": None, "created_at": None, "updated_at": None, "last_seen": None}
 
 # The encoding of an Applicant starts with the four service fields, then x_id. The
@@ -155,6 +174,16 @@ def content_hash(record: Applicant) -> bytes:
     return _content_digest(encoded, _content_tail(encoded))
 
 
+_NOT_A_DIGIT: Final = re.compile(r"[^0-9]")
+
+
+def _phone_digits(phone: str | None) -> str | None:
+    """`query.phone_digits` (what the phone filter matches), in C: ASCII digits only."""
+    if phone is None:
+        return None
+    return _NOT_A_DIGIT.sub("", phone) or None
+
+
 def _micros(served: str) -> int:
     """UTC microseconds of an instant already in the served form (Structs normalise)."""
     return (datetime.fromisoformat(served) - _EPOCH) // _MICROSECOND
@@ -181,7 +210,8 @@ class ApplicantWriter:
         self._bulk_min_rows = BULK_MIN_ROWS if bulk_min_rows is None else bulk_min_rows
         self._bulk_at = self._bulk_min_rows
         self._dropped: list[tuple[str, str]] = []
-        self._cache_size: int | None = None
+        self._pragmas: dict[str, int] = {}  # their values before this write
+        self._written: bytearray | None = None
         self.counts = WriteCounts()
 
     @property
@@ -194,8 +224,7 @@ class ApplicantWriter:
         # rather than half-way through a file. Readers carry on (WAL).
         # A larger page cache for the length of the write: the default 2 MB spills
         # dirty pages to the WAL after a few thousand rows. Pages are allocated as used.
-        (self._cache_size,) = self._db.execute("PRAGMA cache_size").fetchone()
-        self._db.execute(f"PRAGMA cache_size = -{WRITE_CACHE_KIB}")
+        self._set_pragma("cache_size", -WRITE_CACHE_KIB)
         self._db.execute("BEGIN IMMEDIATE")
         try:
             (self._change_seq,) = self._db.execute("SELECT change_seq FROM sync_state").fetchone()
@@ -205,9 +234,10 @@ class ApplicantWriter:
             ).fetchone()
         except BaseException:
             self._db.execute("ROLLBACK")
-            self._restore_cache()
+            self._restore_pragmas()
             raise
         self._bulk_at = max(self._bulk_min_rows, stored // BULK_FRACTION)
+        self._written = bytearray(WRITTEN_SLOTS) if stored == 0 else None
         return self
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
@@ -231,12 +261,18 @@ class ApplicantWriter:
                 # next. Best effort: a reader still on an older snapshot may hold it.
                 self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
         finally:
-            self._restore_cache()
+            self._restore_pragmas()
 
-    def _restore_cache(self) -> None:
-        if self._cache_size is not None:
-            self._db.execute(f"PRAGMA cache_size = {int(self._cache_size)}")
-            self._cache_size = None
+    def _set_pragma(self, name: str, value: int) -> None:
+        """Set a connection setting for the length of this write (`name` is ours)."""
+        (before,) = self._db.execute(f"PRAGMA {name}").fetchone()
+        self._pragmas.setdefault(name, int(before))
+        self._db.execute(f"PRAGMA {name} = {int(value)}")
+
+    def _restore_pragmas(self) -> None:
+        for name, value in self._pragmas.items():
+            self._db.execute(f"PRAGMA {name} = {value}")
+        self._pragmas.clear()
 
     def _enter_bulk(self) -> None:
         """Drop the secondary indexes for the rest of the transaction (built again at exit)."""
@@ -260,15 +296,17 @@ class ApplicantWriter:
 
         `encoded` is the record's encoding when the caller already has it.
         """
-        if encoded is None:
-            encoded = applicant_encoder.encode(record)
-        tail = _content_tail(encoded)
-        digest = _content_digest(encoded, tail)
-        existing = self._cursor.execute(
-            _FIND, (record.integration_id, record.x_property_id, record.x_id)
-        ).fetchone()
-        given_id, given_created = record.id, record.created_at
-        given_updated, given_last_seen = record.updated_at, record.last_seen
+        self.write(prepare(record, encoded))
+
+    def write(self, record: Prepared) -> None:
+        """Insert or update one prepared record by its source key (raises RecordError)."""
+        key, encoded, tail, digest = record.key, record.encoded, record.tail, record.digest
+        slot = hash(key) & (len(self._written) - 1) if self._written is not None else 0
+        if self._written is None or self._written[slot]:
+            existing = self._cursor.execute(_FIND, key).fetchone()
+        else:
+            existing = None
+        given_id, given_created, given_updated, given_last_seen = record.given
         last_seen = _micros(given_last_seen) if given_last_seen is not None else self._seen_at
         if existing is None:
             stored_id = given_id or new_applicant_id()
@@ -314,26 +352,20 @@ class ApplicantWriter:
                 )
             )
         self._change_seq += 1
+        integration_id, x_property_id, x_id = key
+        vendor, property_id, *person = record.columns
         row = (
             stored_id,
             self._change_seq,
-            record.integration_id,
-            record.integration_vendor,
-            record.x_id,
-            record.x_property_id,
-            record.property_id,
+            integration_id,
+            vendor,
+            x_id,
+            x_property_id,
+            property_id,
             created,
             updated,
             last_seen,
-            record.first_name,
-            record.middle_name,
-            record.last_name,
-            record.email_1,
-            phone_digits(record.phone_1),
-            record.date_of_birth,
-            record.city,
-            record.state,
-            record.zip,
+            *person,
             digest,
             encoded.decode(),
         )
@@ -341,6 +373,8 @@ class ApplicantWriter:
             if existing is None:
                 self._cursor.execute(_INSERT, row)
                 self.counts.inserted += 1
+                if self._written is not None:
+                    self._written[slot] = 1
             else:
                 self._cursor.execute(_UPDATE, (*row, existing[0]))
                 self.counts.updated += 1
@@ -348,6 +382,102 @@ class ApplicantWriter:
             raise RecordError(f"id: {stored_id!r} already belongs to another applicant") from None
         if not self._dropped and self.counts.inserted + self.counts.updated >= self._bulk_at:
             self._enter_bulk()
+
+
+class Prepared(NamedTuple):
+    """A valid record reduced to what writing it needs.
+
+    Made where the record is parsed or generated (for a large input, in a worker
+    process, so that work shares two cores with the SQLite writes), written by
+    `ApplicantWriter.write`.
+    """
+
+    key: tuple[str, str, str]  # integration_id, x_property_id, x_id
+    given: tuple[str | None, str | None, str | None, str | None]  # the service fields
+    # integration_vendor, property_id, first_name, middle_name, last_name, email_1,
+    # phone_1 digits, date_of_birth, city, state, zip: the typed columns after the key
+    columns: tuple[str | None, ...]
+    digest: bytes  # content hash: every non-service field
+    encoded: bytes  # the record's canonical encoding
+    tail: int  # where the non-service fields start in `encoded`
+
+
+def prepare(record: Applicant, encoded: bytes | None = None) -> Prepared:
+    """Reduce a valid record (and its encoding, if known) to what writing it needs."""
+    if encoded is None:
+        encoded = applicant_encoder.encode(record)
+    return _prepared(encoded, _fields(record))
+
+
+RecordFields = tuple[Any, ...]
+
+
+def _fields(record: Applicant) -> RecordFields:
+    """The fields writing needs, in the order `_prepared` takes them."""
+    return (
+        record.integration_id,
+        record.x_property_id,
+        record.x_id,
+        record.id,
+        record.created_at,
+        record.updated_at,
+        record.last_seen,
+        record.integration_vendor,
+        record.property_id,
+        record.first_name,
+        record.middle_name,
+        record.last_name,
+        record.email_1,
+        record.phone_1,
+        record.date_of_birth,
+        record.city,
+        record.state,
+        record.zip,
+    )
+
+
+def _prepared(encoded: bytes, fields: RecordFields) -> Prepared:
+    tail = _content_tail(encoded)
+    (
+        integration_id,
+        x_property_id,
+        x_id,
+        record_id,
+        created_at,
+        updated_at,
+        last_seen,
+        vendor,
+        property_id,
+        first_name,
+        middle_name,
+        last_name,
+        email_1,
+        phone_1,
+        date_of_birth,
+        city,
+        state,
+        zip_code,
+    ) = fields
+    return Prepared(
+        (integration_id, x_property_id, x_id),
+        (record_id, created_at, updated_at, last_seen),
+        (
+            vendor,
+            property_id,
+            first_name,
+            middle_name,
+            last_name,
+            email_1,
+            _phone_digits(phone_1),
+            date_of_birth,
+            city,
+            state,
+            zip_code,
+        ),
+        _content_digest(encoded, tail),
+        encoded,
+        tail,
+    )
 
 
 # --- NDJSON in ---------------------------------------------------------------------
@@ -529,32 +659,32 @@ def import_ndjson(
     *,
     seen_at: int | None = None,
     bulk_min_rows: int | None = None,
+    worker_after_lines: int | None = None,
 ) -> ImportReport:
     """Upsert every line of an NDJSON stream in one transaction, or refuse the file whole.
 
     Raises ImportRefused (with the first few line errors) and writes nothing when any
     line is bad or the file holds no records. `seen_at` (UTC microseconds) is the
-    instant the records are seen, by default now.
+    instant the records are seen, by default now. Past `worker_after_lines` lines
+    (default WORKER_AFTER_LINES; 0 = never) the lines are parsed in a worker process.
     """
     report = ImportReport()
     writer = ApplicantWriter(connection, seen_at, progress=progress, bulk_min_rows=bulk_min_rows)
+    after = WORKER_AFTER_LINES if worker_after_lines is None else worker_after_lines
     try:
         with writer:
-            for number, line, position in _lines(stream):
-                report.lines = number
-                if progress is not None and number % PROGRESS_EVERY == 0:
-                    progress.advance(number, position)
-                if line is None:
-                    _record_error(report, number, f"(line): longer than {MAX_LINE_BYTES} bytes")
-                    continue
-                if line.isspace():
-                    continue  # a blank line separates nothing; tolerated
-                try:
-                    record, encoded = parse_applicant(line)
-                    if report.ok:
-                        writer.upsert(record, encoded)
-                except RecordError as error:
-                    _record_error(report, number, str(error))
+            outcomes = _parsed_lines(stream, report, progress, after)
+            try:
+                for number, outcome in outcomes:
+                    if isinstance(outcome, str):
+                        _record_error(report, number, outcome)
+                    elif report.ok:
+                        try:
+                            writer.write(outcome)
+                        except RecordError as error:
+                            _record_error(report, number, str(error))
+            finally:
+                outcomes.close()  # stops the worker, if any, whatever happened
             if report.ok and writer.counts.seen == 0:
                 report.errors.append(
                     f"line {max(report.lines, 1)}: (file): no applicant records "
@@ -565,6 +695,70 @@ def import_ndjson(
     finally:
         report.counts = writer.counts
     return report
+
+
+Outcome = tuple[int, "Prepared | str"]  # (line number, the record or what is wrong)
+
+
+def _parse_batch(batch: list[tuple[int, bytes | None]]) -> list[Outcome]:
+    """Parse lines (None: one over the size limit) into prepared records or errors."""
+    outcomes: list[Outcome] = []
+    for number, raw in batch:
+        if raw is None:
+            outcomes.append((number, f"(line): longer than {MAX_LINE_BYTES} bytes"))
+            continue
+        try:
+            record, encoded = parse_applicant(raw)
+        except RecordError as error:
+            outcomes.append((number, str(error)))
+        else:
+            outcomes.append((number, prepare(record, encoded)))
+    return outcomes
+
+
+def _parsed_lines(
+    stream: IO[bytes],
+    report: ImportReport,
+    progress: ProgressReporter | None,
+    worker_after_lines: int,
+) -> Generator[Outcome, None, None]:
+    """Every non-blank line, parsed, in order: inline at first, then in a worker process.
+
+    A small file never pays for a process; a large one is parsed on one core while the
+    writes run on the other. At most WORKER_IN_FLIGHT batches are in the worker's hands,
+    so memory stays flat.
+    """
+    worker: _Worker | None = None
+    batch: list[tuple[int, bytes | None]] = []
+    in_flight = 0
+    try:
+        for number, line, position in _lines(stream):
+            report.lines = number
+            if progress is not None and number % PROGRESS_EVERY == 0:
+                progress.advance(number, position)
+            if line is not None and line.isspace():
+                continue  # a blank line separates nothing; tolerated
+            if worker is None:
+                if not worker_after_lines or number <= worker_after_lines:
+                    yield from _parse_batch([(number, line)])
+                    continue
+                worker = _Worker(_parse_worker)
+            batch.append((number, line))
+            if len(batch) == WORKER_BATCH:
+                worker.send(batch)
+                batch, in_flight = [], in_flight + 1
+                if in_flight == WORKER_IN_FLIGHT:
+                    yield from worker.receive()
+                    in_flight -= 1
+        if worker is not None:
+            if batch:
+                worker.send(batch)
+                in_flight += 1
+            for _ in range(in_flight):
+                yield from worker.receive()
+    finally:
+        if worker is not None:
+            worker.close()
 
 
 def _record_error(report: ImportReport, number: int, message: str) -> None:
@@ -591,7 +785,7 @@ def write_records(
     records: Iterable[Applicant],
     progress: ProgressReporter | None = None,
 ) -> WriteCounts:
-    """Upsert records (already valid Structs) in one transaction; used by `seed`."""
+    """Upsert records (already valid Structs) in one transaction."""
     writer = ApplicantWriter(connection, progress=progress)
     with writer:
         for done, record in enumerate(records, 1):
@@ -599,6 +793,155 @@ def write_records(
             if progress is not None and done % PROGRESS_EVERY == 0:
                 progress.advance(done)
     return writer.counts
+
+
+def write_generated(
+    connection: sqlite3.Connection,
+    produce: Callable[..., Iterable[Applicant]],
+    *args: Any,
+    progress: ProgressReporter | None = None,
+    in_worker: bool = True,
+) -> WriteCounts:
+    """Upsert the records `produce(*args)` yields, in one transaction; used by `seed`.
+
+    With `in_worker`, a worker process runs `produce` (a module-level function) and
+    encodes the records while this process writes them: generating and writing share
+    two cores.
+    """
+    if not in_worker:
+        return write_records(connection, produce(*args), progress)
+    writer = ApplicantWriter(connection, progress=progress)
+    worker = _Worker(_produce_worker, produce, args)
+    try:
+        with writer:
+            done = 0
+            while (batch := worker.receive()) is not None:
+                for encoded, fields in batch:
+                    writer.write(_prepared(encoded, fields))
+                done += len(batch)
+                if progress is not None:
+                    progress.advance(done)
+    finally:
+        worker.close()
+    return writer.counts
+
+
+# --- the worker process ----------------------------------------------------------------
+
+# Lines an import parses itself before a worker process takes over (a small file never
+# pays for starting one: ~0.2 s).
+WORKER_AFTER_LINES: Final = 8192
+# Records a seed generates itself rather than in a worker.
+WORKER_MIN_RECORDS: Final = 20_000
+WORKER_BATCH: Final = 512
+WORKER_IN_FLIGHT: Final = 4
+WORKER_POLL_SECONDS: Final = 0.5
+
+
+class WorkerFailed(Exception):
+    """The worker process failed or stopped; the message is one line."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Failure:
+    """What a worker sends instead of a result when it fails (its last words)."""
+
+    message: str
+
+
+class _Worker:
+    """A spawned process running `target(inbox, outbox, *args)`, fed and drained in order."""
+
+    def __init__(self, target: Callable[..., None], *args: Any) -> None:
+        # spawn, not fork: the parent may hold SQLite connections and other threads.
+        context = multiprocessing.get_context("spawn")
+        self._inbox: multiprocessing.Queue[Any] = context.Queue()
+        self._outbox: multiprocessing.Queue[Any] = context.Queue(maxsize=WORKER_IN_FLIGHT)
+        self._process = context.Process(
+            target=target, args=(os.getpid(), self._inbox, self._outbox, *args), daemon=True
+        )
+        self._process.start()
+
+    def send(self, item: Any) -> None:
+        self._inbox.put(item)
+
+    def receive(self) -> Any:
+        while True:
+            try:
+                item = self._outbox.get(timeout=WORKER_POLL_SECONDS)
+            except queue.Empty:
+                if not self._process.is_alive():
+                    raise WorkerFailed(
+                        f"the worker process stopped (exit code {self._process.exitcode})"
+                    ) from None
+                continue
+            if isinstance(item, _Failure):
+                raise WorkerFailed(f"the worker process failed: {item.message}")
+            return item
+
+    def close(self) -> None:
+        """Stop the process now (its work is either all received or no longer wanted)."""
+        if self._process.is_alive():
+            self._process.kill()
+        self._process.join()
+        self._process.close()
+        for channel in (self._inbox, self._outbox):
+            channel.cancel_join_thread()  # never wait to flush to a process that is gone
+            channel.close()
+
+
+def _run_worker(parent: int, outbox: multiprocessing.Queue[Any], work: Callable[[], None]) -> None:
+    """Common to workers: the parent handles ^C; any failure goes back as one line.
+
+    A watchdog thread ends the process as soon as the parent is gone (killed, say),
+    whatever the work is blocked on, so a worker never outlives its import.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+    def watch() -> None:  # `parent` is the pid it had before starting us: no race
+        while os.getppid() == parent:
+            time.sleep(WORKER_POLL_SECONDS)
+        os._exit(0)
+
+    threading.Thread(target=watch, daemon=True).start()
+    try:
+        work()
+    except BaseException as error:  # reported to the parent, never printed here
+        outbox.put(_Failure(f"{type(error).__name__}: {error}"))
+
+
+def _parse_worker(
+    parent: int, inbox: multiprocessing.Queue[Any], outbox: multiprocessing.Queue[Any]
+) -> None:
+    def work() -> None:
+        while (batch := inbox.get()) is not None:
+            outbox.put(_parse_batch(batch))
+
+    _run_worker(parent, outbox, work)
+
+
+def _produce_worker(
+    parent: int,
+    inbox: multiprocessing.Queue[Any],
+    outbox: multiprocessing.Queue[Any],
+    produce: Callable[..., Iterable[Applicant]],
+    args: tuple[Any, ...],
+) -> None:
+    def work() -> None:
+        batch = []
+        # Only the encoding and the fields travel: the hashing and the rest of
+        # `prepare` run in the parent, which has time to spare while this generates.
+        encode = applicant_encoder.encode
+        for record in produce(*args):
+            batch.append((encode(record), _fields(record)))
+            if len(batch) == WORKER_BATCH:
+                outbox.put(batch)
+                batch = []
+        if batch:
+            outbox.put(batch)
+        outbox.put(None)
+
+    _run_worker(parent, outbox, work)
 
 
 # --- NDJSON out --------------------------------------------------------------------

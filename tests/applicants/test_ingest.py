@@ -12,6 +12,7 @@ import io
 import json
 import re
 import sqlite3
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -25,12 +26,16 @@ from app.applicants.ingest import (
     ApplicantWriter,
     ImportRefused,
     ImportReport,
+    WorkerFailed,
+    _phone_digits,
     content_hash,
     export_ndjson,
     import_ndjson,
     parse_line,
+    write_generated,
     write_records,
 )
+from app.applicants.query import phone_digits
 from app.applicants.records import Applicant, applicant_encoder
 from app.database import open_for_write
 from seed.generator import synthetic_applicants
@@ -351,6 +356,21 @@ def test_stored_body_is_the_struct_encoding_with_service_fields_filled(
         connection.close()
 
 
+@given(st.none() | st.text() | st.from_regex(r"\+?1? ?\(?[0-9]{3}\)?[ .-]?[0-9]{3}-?[0-9]{4}"))
+def test_stored_phone_digits_are_what_the_phone_filter_matches(phone: str | None) -> None:
+    assert _phone_digits(phone) == phone_digits(phone)
+
+
+def test_a_record_stored_by_this_write_is_found_again_whatever_its_hash(
+    db: sqlite3.Connection, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The written-keys filter of an empty table: a hash collision only costs a lookup."""
+    monkeypatch.setattr("app.applicants.ingest.WRITTEN_SLOTS", 1)  # every key collides
+    report = run_import(db, ndjson(source(1), source(2), source(1, first_name="B")), seen_at=T0)
+    assert (report.counts.inserted, report.counts.updated) == (2, 1)
+    assert rows(db)["X0001"]["json"]["first_name"] == "B"
+
+
 # --- parse_line -----------------------------------------------------------------------
 
 
@@ -444,4 +464,75 @@ def test_export_writes_every_body_in_id_order(db: sqlite3.Connection) -> None:
 
 def test_export_of_an_empty_database_is_empty(db: sqlite3.Connection) -> None:
     assert exported(db) == b""
+    assert not db.in_transaction
+
+
+# --- the worker process -----------------------------------------------------------------
+
+
+def test_lines_parsed_in_a_worker_give_what_inline_parsing_gives(tmp_path: Path) -> None:
+    good = [applicant_encoder.encode(r) + b"\n" for r in synthetic_applicants(40, seed=8)]
+    outcomes = []
+    for worker_after_lines in (0, 3):
+        connection = open_for_write(tmp_path / f"worker-{worker_after_lines}.db")
+        try:
+            report = run_import(
+                connection, b"".join(good), seen_at=T0, worker_after_lines=worker_after_lines
+            )
+            outcomes.append((report.counts, report.lines, exported(connection)))
+        finally:
+            connection.close()
+    assert outcomes[0] == outcomes[1]
+    assert outcomes[0][0].inserted == 40
+
+
+def test_errors_found_in_a_worker_are_reported_in_line_order(db: sqlite3.Connection) -> None:
+    good = [applicant_encoder.encode(r) + b"\n" for r in synthetic_applicants(30, seed=8)]
+    good[4] = b"\n"
+    good[12] = b'{"x_id": "' + b"a" * (1 << 20) + b'"}\n'
+    good[20] = b"[]\n"
+    good[27] = ndjson(source(first_name=1))
+    before = exported(db)
+    reports = []
+    for worker_after_lines in (0, 2):
+        with pytest.raises(ImportRefused) as refused:
+            run_import(db, b"".join(good), worker_after_lines=worker_after_lines)
+        reports.append(refused.value.report)
+    assert (
+        reports[0].errors
+        == reports[1].errors
+        == [
+            "line 13: (line): longer than 1048576 bytes",
+            "line 21: (line): each line must be one JSON object (an applicant)",
+            "line 28: first_name: expected `str | null`, got `int`",
+        ]
+    )
+    assert exported(db) == before
+
+
+def test_records_generated_in_a_worker_are_written_as_generated_inline(tmp_path: Path) -> None:
+    exports = []
+    for in_worker in (False, True):
+        connection = open_for_write(tmp_path / f"generated-{in_worker}.db")
+        try:
+            counts = write_generated(connection, synthetic_applicants, 700, 3, in_worker=in_worker)
+            assert counts.inserted == 700
+            exports.append(exported(connection))
+        finally:
+            connection.close()
+    assert exports[0] == exports[1]
+
+
+def failing_generator(count: int) -> Iterator[Applicant]:
+    yield from synthetic_applicants(count, seed=1)
+    raise ValueError("the generator broke")
+
+
+def test_a_failing_worker_rolls_the_write_back_with_one_line(db: sqlite3.Connection) -> None:
+    before = exported(db)
+    with pytest.raises(
+        WorkerFailed, match=r"^the worker process failed: ValueError: the generator broke$"
+    ):
+        write_generated(db, failing_generator, 600)
+    assert exported(db) == before
     assert not db.in_transaction
