@@ -211,8 +211,9 @@ def report(steps: list[Step], count: int, identical: bool, load_before: str, arg
         "",
         f"**Versions**: python {platform.python_version()}, sqlite {sqlite3.sqlite_version}.",
         "",
-        "Each step is the console script in its own process; peak RSS and CPU are that "
-        "process's own (`os.wait4`). The phases are read from its progress line (stderr is "
+        "Each step is the console script in its own process (`os.wait4`): peak RSS is the "
+        "larger of that process and its worker process (import and seed parse or generate "
+        "in one), CPU is both together. The phases are read from its progress line (stderr is "
         "a pseudo-terminal): writing the rows, rebuilding the secondary indexes (bulk "
         "mode), and COMMIT with its WAL checkpoint. The database size is the file plus its "
         "WAL when the step ends.",
