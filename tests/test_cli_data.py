@@ -278,6 +278,7 @@ def test_hostile_input_is_refused_whole_with_line_numbered_errors(
     assert snapshot(seeded) == before
 
 
+@pytest.mark.slow
 def test_a_100_mb_line_is_refused_without_being_read_whole(
     seeded: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -174,6 +174,7 @@ def assert_recovers_and_imports(path: Path, before: tuple[Any, ...], import_file
         connection.close()
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/fdinfo").is_dir(), reason="needs Linux /proc")
 def test_sigkill_mid_file_leaves_the_database_as_it_was(stored_db: Path, import_file: Path) -> None:
     """`leasestar import FILE` killed once it has read 80% of the file.
@@ -201,6 +202,7 @@ def test_sigkill_mid_file_leaves_the_database_as_it_was(stored_db: Path, import_
     assert_recovers_and_imports(stored_db, before, import_file)
 
 
+@pytest.mark.slow
 def test_sigkill_while_waiting_for_more_input_leaves_the_database_as_it_was(
     stored_db: Path, import_file: Path
 ) -> None:
@@ -227,6 +229,7 @@ def test_sigkill_while_waiting_for_more_input_leaves_the_database_as_it_was(
     assert_recovers_and_imports(stored_db, before, import_file)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("moment", ["first index", "middle index", "committing"])
 def test_sigkill_in_each_phase_of_a_bulk_import_leaves_the_database_as_it_was(
     stored_db: Path, import_file: Path, moment: str
