@@ -85,7 +85,7 @@ MAX_REPORTED_ERRORS: Final = 5
 # rows, and only once it has written at least a quarter as many rows as were stored.
 # Rebuilding costs one sorted pass per index over the whole table; keeping twenty
 # indexes row by row costs ~50 us a row even while they fit in the cache, and far more
-# once they do not. Writing as many rows as are stored, rebuilding is the cheaper.
+# once they do not. Once a write is a good share of what is stored, rebuilding wins.
 BULK_MIN_ROWS: Final = 5_000
 BULK_FRACTION: Final = 4
 # Page cache of a write, in KiB: room for the primary key and source key of a million
@@ -101,7 +101,6 @@ PROGRESS_EVERY: Final = 4096
 # so most rows skip the lookup; a false positive only costs the lookup (~6% of rows at a
 # million keys). 8 MB, whatever the file size.
 WRITTEN_SLOTS: Final = 1 << 23
-_NO_SERVICE_FIELDS: Final = {"id": None, "created_at": None, "updated_at": None, "last_seen": None}
 
 # The encoding of an Applicant starts with the four service fields, then x_id. The
 # content hash covers everything from `,"x_id":` on, behind null service fields, which
