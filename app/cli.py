@@ -107,7 +107,7 @@ def _db_path(args: argparse.Namespace) -> Path:
 
 def seed_database(path: Path, count: int, seed: int) -> int:
     """Add `count` deterministic synthetic applicants; returns how many rows were written."""
-    from seed.generator import synthetic_applicants  # only seeding needs the generator
+    from seed.generator import synthetic_records  # only seeding needs the generator
 
     connection = open_for_write(path)
     try:
@@ -115,7 +115,7 @@ def seed_database(path: Path, count: int, seed: int) -> int:
         try:
             counts = write_generated(
                 connection,
-                synthetic_applicants,
+                synthetic_records,
                 count,
                 seed,
                 progress=progress,

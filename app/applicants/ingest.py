@@ -38,9 +38,12 @@ Speed, without changing a byte of what is stored:
     builds them again, sorted, before COMMIT: maintaining twenty random-order indexes
     row by row costs far more once they outgrow the page cache. The indexes the upsert
     itself needs (the primary key and the source key) stay. A crash before COMMIT
-    leaves the indexes as they were, like everything else.
+    leaves the indexes as they were, like everything else. The builds sort on
+    helper threads (`SORTER_THREADS`).
   * A large input is parsed (import, past `WORKER_AFTER_LINES` lines) or generated
     (seed) in a second process while this one writes, so the two share two cores.
+    Seed's generator hands over records already encoded (`Generated`), so nothing
+    builds or validates a Struct per generated record.
     The worker is spawned, not forked; like any multiprocessing spawn, a script that
     calls these functions must guard its entry point with `if __name__ == "__main__"`.
     It never outlives the process that started it, even one killed with SIGKILL.
@@ -92,6 +95,14 @@ BULK_FRACTION: Final = 4
 # applicants, and for the sorter's runs while indexes are built. Bounded, so memory
 # stays flat whatever the file size.
 WRITE_CACHE_KIB: Final = 160_000
+# While the dropped indexes are built again: SQLite's sorter gets helper threads, and the
+# cache (which also sizes the sorter's in-memory runs) shrinks to the sorter's smallest
+# run (250 pages, 4 MB at 16 KB pages). Each CREATE INDEX then scans the table on this
+# thread while helpers sort 4 MB runs on the other cores, then merges them: ~1 s an index
+# at a million rows on two cores, against ~2 s for one 160 MB run sorted in one thread.
+# The runs go to SQLite's temporary files (tens of MB an index, deleted as it finishes).
+SORTER_THREADS: Final = min(4, os.cpu_count() or 1)
+SORT_CACHE_KIB: Final = 4_000
 # Never dropped: the source key, which the upsert reads while it writes, and the change
 # sequence, which every write appends to in order (so keeping it costs nothing).
 KEPT_INDEXES: Final = frozenset({"applicants_source_key", "applicants_change_seq"})
@@ -287,6 +298,11 @@ class ApplicantWriter:
                 self._dropped.append((name, sql))
 
     def _rebuild_indexes(self) -> None:
+        if not self._dropped:
+            return
+        # Restored with the other settings when the write ends (SORTER_THREADS says why).
+        self._set_pragma("threads", SORTER_THREADS)
+        self._set_pragma("cache_size", -SORT_CACHE_KIB)
         for number, (_name, sql) in enumerate(self._dropped, 1):
             if self._progress is not None:
                 self._progress.phase(f"building indexes {number}/{len(self._dropped)}")
@@ -781,16 +797,31 @@ def _one_line(message: str) -> str:
     return _UNPRINTABLE.sub(lambda match: repr(match[0])[1:-1], message)
 
 
+# What a generator yields: a record, or (from a trusted generator, seed's) a record
+# already in stored form: its canonical encoding, byte for byte what
+# `applicant_encoder` writes for it, and the fields `_fields` would take from it. The
+# second is written as it is, without building and validating Structs that would
+# only be encoded again; the generator's tests hold it to that encoding.
+Generated = Applicant | tuple[bytes, RecordFields]
+
+
+def _prepare_generated(item: Generated) -> Prepared:
+    if isinstance(item, Applicant):
+        return prepare(item)
+    encoded, fields = item
+    return _prepared(encoded, fields)
+
+
 def write_records(
     connection: sqlite3.Connection,
-    records: Iterable[Applicant],
+    records: Iterable[Generated],
     progress: ProgressReporter | None = None,
 ) -> WriteCounts:
-    """Upsert records (already valid Structs) in one transaction."""
+    """Upsert records (valid Structs, or trusted encodings: `Generated`) in one transaction."""
     writer = ApplicantWriter(connection, progress=progress)
     with writer:
         for done, record in enumerate(records, 1):
-            writer.upsert(record)
+            writer.write(_prepare_generated(record))
             if progress is not None and done % PROGRESS_EVERY == 0:
                 progress.advance(done)
     return writer.counts
@@ -798,7 +829,7 @@ def write_records(
 
 def write_generated(
     connection: sqlite3.Connection,
-    produce: Callable[..., Iterable[Applicant]],
+    produce: Callable[..., Iterable[Generated]],
     *args: Any,
     progress: ProgressReporter | None = None,
     in_worker: bool = True,
@@ -806,19 +837,19 @@ def write_generated(
     """Upsert the records `produce(*args)` yields, in one transaction; used by `seed`.
 
     With `in_worker`, a worker process runs `produce` (a module-level function) and
-    encodes the records while this process writes them: generating and writing share
-    two cores.
+    prepares the records (encoding, content hash) while this process writes them:
+    generating and writing share two cores.
     """
     if not in_worker:
         return write_records(connection, produce(*args), progress)
     writer = ApplicantWriter(connection, progress=progress)
-    worker = _Worker(_produce_worker, produce, args, decoder=_GENERATED)
+    worker = _Worker(_produce_worker, produce, args, decoder=_PREPARED)
     try:
         with writer:
             done = 0
             while (batch := worker.receive()) is not None:
-                for encoded, fields in batch:
-                    writer.write(_prepared(encoded, fields))
+                for record in batch:
+                    writer.write(record)
                 done += len(batch)
                 if progress is not None:
                     progress.advance(done)
@@ -857,7 +888,7 @@ class _Failure:
 _MESSAGES = msgspec.msgpack.Encoder()
 _LINES = msgspec.msgpack.Decoder(list[tuple[int, bytes | None]])
 _OUTCOMES = msgspec.msgpack.Decoder(list[tuple[int, Prepared | str]])
-_GENERATED = msgspec.msgpack.Decoder(list[tuple[bytes, tuple[Any, ...]]])
+_PREPARED = msgspec.msgpack.Decoder(list[Prepared])
 _BATCH, _END, _FAILED = b"B", b"E", b"F"
 
 
@@ -970,16 +1001,15 @@ def _produce_worker(
     parent: int,
     inbox: None,
     results: Connection,
-    produce: Callable[..., Iterable[Applicant]],
+    produce: Callable[..., Iterable[Generated]],
     args: tuple[Any, ...],
 ) -> None:
     def work() -> None:
-        # Only the encoding and the fields travel: the hashing and the rest of
-        # `prepare` run in the parent, which has time to spare while this generates.
-        encode = applicant_encoder.encode
+        # The whole of `prepare` (the content hash too) runs here, as in an import's
+        # worker: the writer's share of a row is then little more than its INSERT.
         batch = []
         for record in produce(*args):
-            batch.append((encode(record), _fields(record)))
+            batch.append(_prepare_generated(record))
             if len(batch) == WORKER_BATCH:
                 _send_batch(results, batch)
                 batch = []

@@ -39,6 +39,7 @@ from app.applicants.query import phone_digits
 from app.applicants.records import Applicant, applicant_encoder
 from app.database import open_for_write
 from seed.generator import synthetic_applicants
+from tests.strategies import ids
 
 T0 = 1_735_689_600_000_000  # 2025-01-01T00:00:00Z in microseconds
 T1 = T0 + 86_400_000_000  # a day later
@@ -311,8 +312,9 @@ def reference_hash(record: Applicant) -> bytes:
 def test_content_hash_is_the_hash_of_the_record_without_service_fields() -> None:
     for record in synthetic_applicants(200, seed=3):
         assert content_hash(record) == reference_hash(record)
+    # The id cannot hold `"` or `,` (APPLICANT_ID_RULE), so the decoy is in x_id only.
     tricky = Applicant(
-        id='app_,"x_id":"evil"',
+        id="app_:x_id:evil",
         x_id=',"x_id":',
         x_property_id="P",
         property_id="p",
@@ -324,7 +326,7 @@ def test_content_hash_is_the_hash_of_the_record_without_service_fields() -> None
 
 @settings(max_examples=60, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
-    record_id=st.none() | st.text(min_size=1, max_size=12),
+    record_id=st.none() | ids,
     first_name=st.none() | st.text(max_size=12),
     given=st.sampled_from(["none", "some", "all"]),
 )
