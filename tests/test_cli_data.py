@@ -21,14 +21,8 @@ from app import cli
 from app.applicants.records import applicant_encoder
 from app.cli import main
 from seed.generator import synthetic_applicants
+from tests.strategies import MINIMAL
 
-MINIMAL = {
-    "x_id": "X1",
-    "x_property_id": "P-1",
-    "property_id": "prop_1",
-    "integration_id": "int_1",
-    "integration_vendor": "YARDI",
-}
 LEASESTAR = Path(sys.executable).with_name("leasestar")
 
 
@@ -124,6 +118,8 @@ INSTANT_RULE = (
     "with Z, ±HH:MM or no offset (UTC)"
 )
 
+ID_RULE = "must be 1-128 characters of A-Z a-z 0-9 . _ ~ : - (and not . or ..)"
+
 
 def with_raw(raw: bytes) -> bytes:
     """The minimal line with raw JSON text added before its closing brace."""
@@ -191,6 +187,14 @@ HOSTILE: dict[str, tuple[bytes, list[str]]] = {
         ["line 2: x_id: expected `str` of length >= 1"],
     ),
     "an unknown field": (GOOD + line(favourite="blue"), ["line 2: favourite: unknown field"]),
+    "ids GET /v1/applicants/{id} cannot reach": (
+        GOOD
+        + b"".join(
+            line(x_id=f"X{n}", id=bad) for n, bad in enumerate(("a/b", ".", "..", "", "a" * 129))
+        ),
+        [f"line {n}: id: {ID_RULE}" for n in range(2, 7)],
+    ),
+    "a non-ASCII id": (GOOD + line(id="app_é"), [f"line 2: id: {ID_RULE}"]),
     "applications[].applicant_id different from x_id": (
         GOOD + line(applications=[{"applicant_id": "X1"}, {"applicant_id": "X2"}]),
         ["line 2: applications[1].applicant_id: must equal x_id"],

@@ -8,7 +8,8 @@ encoded (no `omit_defaults`): unknown values are `null`, empty arrays `[]`.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+import re
+from typing import Annotated, Any, Final, Literal
 
 import msgspec
 
@@ -17,6 +18,20 @@ from app.instants import canonical_instant, is_calendar_date
 NonEmpty = Annotated[str, msgspec.Meta(min_length=1)]
 Int64 = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
 CustomData = dict[str, Any]
+
+# The service's id is served at /v1/applicants/{id}, so it must be one path segment that
+# every client writes alike and every server reads back unchanged: RFC 3986's unreserved
+# characters (never percent-encoded) and ":" (allowed in a segment), but not the dot
+# segments "." and "..", which clients and proxies fold away. A "/" would split the
+# segment, and anything else needs percent-encoding that clients apply unevenly.
+APPLICANT_ID_RULE: Final = "must be 1-128 characters of A-Z a-z 0-9 . _ ~ : - (and not . or ..)"
+_APPLICANT_ID: Final = re.compile(r"[A-Za-z0-9._~:-]{1,128}")
+
+
+def is_applicant_id(value: str) -> bool:
+    """Whether `value` may be an applicant's id (reachable at /v1/applicants/{id})."""
+    return _APPLICANT_ID.fullmatch(value) is not None and value not in (".", "..")
+
 
 # Deeper custom_data is refused: it cannot be a real source record, and unbounded
 # nesting is how a hostile file exhausts the stack of whoever reads our export.
@@ -122,7 +137,7 @@ class Applicant(Record, kw_only=True):
     stored or served record holds is filled.
     """
 
-    id: NonEmpty | None = None
+    id: str | None = None  # APPLICANT_ID_RULE, checked below
     created_at: str | None = None
     updated_at: str | None = None
     last_seen: str | None = None
@@ -168,6 +183,8 @@ class Applicant(Record, kw_only=True):
     self_reported_income: list[Income] = []
 
     def __post_init__(self) -> None:
+        if self.id is not None and not is_applicant_id(self.id):
+            raise ValueError(f"id: {APPLICANT_ID_RULE}")
         self.created_at = _instant_or_none("created_at", self.created_at)
         self.updated_at = _instant_or_none("updated_at", self.updated_at)
         self.last_seen = _instant_or_none("last_seen", self.last_seen)
