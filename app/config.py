@@ -80,7 +80,7 @@ class Settings:
     host: str = "127.0.0.1"
     port: int = 8000
     workers: int = 1
-    read_connections: int = 2
+    read_connections: int = 4
     log_format: LogFormat = "json"
     # Off for an app built in code (tests, embedding); `from_env`, which `leasestar
     # serve` uses, turns it on with DEFAULT_RATE_LIMIT unless told otherwise.
@@ -94,7 +94,7 @@ class Settings:
             host=os.environ.get("LEASESTAR_HOST") or "127.0.0.1",
             port=_int_env("LEASESTAR_PORT", 8000, 0, 65535),
             workers=_int_env("LEASESTAR_WORKERS", 1, 1, 64),
-            read_connections=_int_env("LEASESTAR_READ_CONNECTIONS", 2, 1, 32),
+            read_connections=_int_env("LEASESTAR_READ_CONNECTIONS", 4, 1, 32),
             log_format=parse_log_format(os.environ.get("LEASESTAR_LOG_FORMAT") or "json"),
             rate_limit=parse_rate_limit(
                 os.environ.get("LEASESTAR_RATE_LIMIT") or DEFAULT_RATE_LIMIT

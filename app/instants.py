@@ -41,6 +41,11 @@ def parse_instant(text: str) -> int:
 
     Digits beyond the microsecond are truncated. Raises ValueError on anything else.
     """
+    if _CANONICAL.fullmatch(text) is not None:  # the served form (cursors read it back)
+        try:
+            return (datetime.fromisoformat(text) - _EPOCH) // _MICROSECOND
+        except ValueError:
+            raise ValueError(INSTANT_RULE) from None
     match = _INSTANT.fullmatch(text)
     if match is None:
         raise ValueError(INSTANT_RULE)

@@ -14,7 +14,7 @@ from litestar import Controller, MediaType, Request, Response, get
 from litestar.datastructures import State
 
 from app.applicants.storage import ApplicantReader
-from app.database import read_uri
+from app.database import ReadPool, read_uri
 from app.errors import error_response
 from app.observability import Metrics
 from app.openapi import error_responses, operation_class
@@ -72,10 +72,10 @@ class ServiceController(Controller):
     async def health(self, request: Request[Any, Any, State]) -> Response[HealthStatus]:
         """`{"status": "ok"}` when the server's connections and a new connection both read
         the database file it opened; 503 with the error body otherwise. No token needed."""
-        reader: ApplicantReader = request.app.state.reader
+        pool: ReadPool = request.app.state.read_pool
         database: DatabaseFile = request.app.state.database_file
         try:
-            await reader.data_version()
+            await pool.check()
             await asyncio.to_thread(database.check)
         except Exception as error:  # whatever the cause, the database cannot serve
             logger.warning("health check failed: %s", error)

@@ -28,7 +28,7 @@ SETTINGS: dict[str, tuple[str, str, str, Any, str]] = {
     "host": ("LEASESTAR_HOST", "--host", "0.0.0.0", "0.0.0.0", "127.0.0.1"),
     "port": ("LEASESTAR_PORT", "--port", "9001", 9001, "8000"),
     "workers": ("LEASESTAR_WORKERS", "--workers", "3", 3, "1"),
-    "read_connections": ("LEASESTAR_READ_CONNECTIONS", "--read-connections", "4", 4, "2"),
+    "read_connections": ("LEASESTAR_READ_CONNECTIONS", "--read-connections", "3", 3, "4"),
     "log_format": ("LEASESTAR_LOG_FORMAT", "--log-format", "text", "text", "json"),
     "rate_limit": (
         "LEASESTAR_RATE_LIMIT",
@@ -128,7 +128,7 @@ def test_defaults_without_any_variable() -> None:
         host="127.0.0.1",
         port=8000,
         workers=1,
-        read_connections=2,
+        read_connections=4,
         log_format="json",
         rate_limit=RateLimit(600, "minute"),
         compression=True,
@@ -182,7 +182,7 @@ def test_serve_hands_every_flag_to_the_server(
     assert call["factory"] is True
     served = Settings.from_env()  # what create_app_from_env builds in each worker
     assert served.db_path == database
-    assert served.read_connections == 4
+    assert served.read_connections == 3
     assert served.log_format == "text"
     assert served.rate_limit == RateLimit(5, "second")
     assert served.compression is False

@@ -24,7 +24,7 @@ from litestar.exceptions import NotFoundException
 from litestar.openapi.spec import OpenAPIType, Operation, Parameter, Schema
 from litestar.params import PathParameter
 
-from app.applicants.cursors import CursorCodec, key_values
+from app.applicants.cursors import CursorCodec, last_record, sort_key_values
 from app.applicants.query import (
     PARAMETERS,
     ApplicantQuery,
@@ -37,6 +37,7 @@ from app.applicants.query import (
 from app.applicants.records import PageMeta
 from app.applicants.responses import ApplicantList, ApplicantSingle
 from app.applicants.storage import ApplicantPage, ApplicantReader
+from app.asgi import PreEncodedJSON, header_value
 from app.auth import TokenHolder
 from app.errors import InvalidParameter
 from app.openapi import NOT_MODIFIED, error_responses, operation_class
@@ -81,6 +82,13 @@ def _query_pairs(raw: bytes) -> tuple[tuple[str, str], ...]:
         ) from None
 
 
+@lru_cache(maxsize=4096)
+def _list_query(raw: bytes, codec: CursorCodec) -> ApplicantQuery:
+    """The validated list query of a raw query string: a pure function of the two, and the
+    same few strings recur, so parsed once each. A refusal is raised, never cached."""
+    return parse_list_query(_query_pairs(raw), codec)
+
+
 def _meta(query: ApplicantQuery, *, has_more: bool, total: int) -> bytes:
     return _meta_encoder.encode(
         PageMeta(
@@ -105,8 +113,11 @@ def _list_meta(query: ApplicantQuery, page: ApplicantPage, codec: CursorCodec) -
         total=page.total,
     )
     if has_more and page.returned:
-        after = key_values(total_order(query.order_by), page.last_record, page.last_change_seq)
-        meta.next = codec.encode(cursor_state(query, position, after))
+        _, last = last_record(page.results_json)
+        if last is not None:
+            keys = total_order(query.order_by)
+            after = sort_key_values(keys, last, page.last_change_seq)
+            meta.next = codec.encode(cursor_state(query, position, after))
     if query.changed_since is not None:
         if page.last_change_seq is not None:
             meta.change_seq = page.last_change_seq
@@ -137,24 +148,20 @@ def _etag(request: Request[TokenHolder, Any, State], version: int) -> str:
 def _json(envelope: type[EnvelopeT], body: bytes, etag: str) -> Response[EnvelopeT]:
     """Pre-encoded JSON sent as the envelope type the handler declares for OpenAPI: the
     bytes already have its shape, so Litestar does not encode anything."""
-    return cast(
-        "Response[EnvelopeT]", Response(content=body, media_type=_JSON, headers={"ETag": etag})
-    )
+    return cast("Response[EnvelopeT]", PreEncodedJSON(body, etag=etag))
 
 
 async def _not_modified(
     request: Request[TokenHolder, Any, State], envelope: type[EnvelopeT]
 ) -> Response[EnvelopeT] | None:
     """304 when If-None-Match names the current ETag: no page is read at all."""
-    wanted = request.headers.get("if-none-match")
+    wanted = header_value(request.scope["headers"], b"if-none-match")
     if not wanted:
         return None
     reader: ApplicantReader = request.app.state.reader
     etag = _etag(request, await reader.data_version())
     if wanted.strip() == "*" or etag in (tag.strip() for tag in wanted.split(",")):
-        return cast(
-            "Response[EnvelopeT]", Response(content=b"", status_code=304, headers={"ETag": etag})
-        )
+        return cast("Response[EnvelopeT]", PreEncodedJSON(b"", status_code=304, etag=etag))
     return None
 
 
@@ -180,7 +187,7 @@ class ApplicantController(Controller):
     ) -> Response[ApplicantList]:
         """Applicants matching the filters and the token's scope, one page at a time."""
         codec: CursorCodec = request.app.state.cursor_codec
-        query = parse_list_query(_query_pairs(request.scope["query_string"]), codec)
+        query = _list_query(request.scope["query_string"], codec)
         if (not_modified := await _not_modified(request, ApplicantList)) is not None:
             return not_modified
         reader: ApplicantReader = request.app.state.reader
@@ -213,7 +220,7 @@ class ApplicantController(Controller):
         """One applicant; 404 when unknown, outside the token's scope or the date bounds."""
         query = parse_record_query(_query_pairs(request.scope["query_string"]))
         reader: ApplicantReader = request.app.state.reader
-        star = request.headers.get("if-none-match", "").strip() == "*"
+        star = (header_value(request.scope["headers"], b"if-none-match") or "").strip() == "*"
         # `If-None-Match: *` matches only a record that exists (RFC 9110, 13.1.2): an
         # unknown id, or one outside the token's scope or the date bounds, stays a 404.
         exists = not star or (await reader.fetch_one(id, query, _scope(request)))[0] is not None

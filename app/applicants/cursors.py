@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import hashlib
 import hmac
 from typing import Final
 
@@ -56,7 +55,8 @@ class CursorCodec:
         self._key = key
 
     def _sign(self, payload: bytes) -> bytes:
-        return hmac.new(self._key, payload, hashlib.sha256).digest()[:_SIGNATURE_BYTES]
+        # hmac.digest with the digest's name: the one-call form, computed by OpenSSL.
+        return hmac.digest(self._key, payload, "sha256")[:_SIGNATURE_BYTES]
 
     def encode(self, state: CursorState) -> str:
         payload = _encoder.encode(state)
@@ -89,7 +89,7 @@ class CursorCodec:
         return state
 
 
-class _SortValues(msgspec.Struct, gc=False):
+class SortValues(msgspec.Struct, gc=False):
     """The sortable fields of a served record; decoding skips everything else."""
 
     id: str
@@ -111,15 +111,51 @@ class _SortValues(msgspec.Struct, gc=False):
     zip: str | None
 
 
-_sort_values_decoder = msgspec.json.Decoder(_SortValues)
+_sort_values_decoder = msgspec.json.Decoder(SortValues)
 _INSTANT_FIELDS: Final = frozenset({"created_at", "updated_at", "last_seen"})
+# Every served record is an object whose first member is its id.
+_RECORD_START: Final = b'{"id":"'
+
+
+def last_record(joined: bytes) -> tuple[int, SortValues | None]:
+    """Where the last record of comma-joined served records begins, and its sort values
+    (None when `joined` is empty).
+
+    Each record begins with `{"id":"`. The same bytes cannot occur inside a JSON string
+    (its quotes would be escaped) but can open an object nested in a record
+    (`custom_data`); from such a place, though, the rest of the text is not one record:
+    the enclosing record's closing brackets follow it, so decoding fails. The last
+    place after a comma (or the very start) from which the rest decodes as one record
+    is therefore where the last record begins. Costs one search and usually one decode,
+    which `key_values` would do anyway, instead of SQL handing over every row's length.
+    """
+    position = joined.rfind(_RECORD_START)
+    while position > 0:
+        if joined[position - 1] == 0x2C:  # ","
+            try:
+                return position, _sort_values_decoder.decode(joined[position:])
+            except msgspec.DecodeError:
+                pass
+        position = joined.rfind(_RECORD_START, 0, position)
+    return 0, (_sort_values_decoder.decode(joined) if joined else None)
+
+
+def last_record_start(joined: bytes) -> int:
+    """Where the last record of comma-joined served records begins."""
+    return last_record(joined)[0]
 
 
 def key_values(
     keys: tuple[SortKey, ...], record_json: bytes, change_seq: int | None
 ) -> tuple[KeyValue, ...]:
     """The values of the total-order `keys` for a served record, as stored in SQL."""
-    record = _sort_values_decoder.decode(record_json)
+    return sort_key_values(keys, _sort_values_decoder.decode(record_json), change_seq)
+
+
+def sort_key_values(
+    keys: tuple[SortKey, ...], record: SortValues, change_seq: int | None
+) -> tuple[KeyValue, ...]:
+    """The values of the total-order `keys` of a record's decoded sort values."""
     values: list[KeyValue] = []
     for key in keys:
         if key.field == "change_seq":

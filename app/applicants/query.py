@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any, Final
 
 import msgspec
@@ -399,6 +400,7 @@ class SqlFragment:
     params: tuple[Any, ...] = ()
 
 
+@lru_cache(maxsize=4096)  # pure; the same few query shapes recur on every request
 def build_where(
     query: ApplicantQuery,
     scope: frozenset[str] | None,
@@ -428,9 +430,11 @@ def build_where(
             clauses.append(f"{'' if name == 'x_id' else hint}{column} = ?")
             params.append(value)
     if query.email_1 is not None:
-        # NOCASE folds ASCII only, which is exactly the contract's rule.
-        clauses.append("email_1 = ? COLLATE NOCASE")
-        params.append(query.email_1)
+        # NOCASE folds ASCII only, which is exactly the contract's rule, and lets the
+        # email index answer; but it stops comparing at a NUL character, so upper()
+        # (ASCII only too, and over every byte) makes the match exact.
+        clauses.append("email_1 = ? COLLATE NOCASE AND upper(email_1) = upper(?)")
+        params.extend((query.email_1, query.email_1))
     if query.phone_1 is not None:
         clauses.append("phone_1_digits IN (?, ?)")
         params.extend((query.phone_1, "1" + query.phone_1))
@@ -460,6 +464,7 @@ FILTER_ORDER_INDEXES: Final = frozenset(
 )
 
 
+@lru_cache(maxsize=4096)  # pure; the same few query shapes recur on every request
 def total_order(order_by: tuple[SortKey, ...]) -> tuple[SortKey, ...]:
     """The ordering actually run: the requested keys plus the hidden `id` tiebreak."""
     if not order_by:
@@ -474,6 +479,7 @@ def order_columns(order_by: tuple[SortKey, ...]) -> list[str]:
     return [_ORDER_COLUMNS[key.field] for key in total_order(order_by)]
 
 
+@lru_cache(maxsize=4096)  # pure; the same few query shapes recur on every request
 def build_order_by(order_by: tuple[SortKey, ...]) -> str:
     """ORDER BY clause from whitelisted columns; SQLite's null placement is the contract's."""
     keys = total_order(order_by)
@@ -506,6 +512,12 @@ def build_keyset(
     which SQLite answers with one index seek; otherwise the expanded form
     `k1 after v1 OR (k1 = v1 AND k2 after v2) OR ...`.
     """
+    # Ids are unique, so keys after `id` (`order-by=id,first_name`) decide nothing; and
+    # kept, a null among them made "at or after" drop the row it starts from.
+    fields = [key.field for key in keys]
+    if "id" in fields[:-1]:
+        cut = fields.index("id") + 1
+        keys, values = keys[:cut], values[:cut]
     columns = [_ORDER_COLUMNS[key.field] for key in keys]
     directions = {key.direction for key in keys}
     # Descending, nulls come last, but `(a, b) < (?, ?)` is not true for a null a or b:

@@ -11,13 +11,15 @@ version always come from one snapshot.
 
 from __future__ import annotations
 
+import asyncio
 from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, TypeVar, cast
 
 import msgspec
 
-from app.applicants.cursors import KeyValue
+from app.applicants.cursors import KeyValue, last_record_start
 from app.applicants.query import (
     FILTER_ORDER_INDEXES,
     ApplicantQuery,
@@ -37,6 +39,7 @@ CHECKPOINT_EVERY: Final = 1000
 DEEP_OFFSET: Final = 10 * CHECKPOINT_EVERY
 CHECKPOINT_CACHE_SIZE: Final = 64
 _EVERYTHING: Final = SqlFragment("")
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,16 +49,11 @@ class ApplicantPage:
     results_json: bytes  # the page's records joined with commas (no brackets)
     returned: int
     total: int
-    last_record_length: int  # bytes of the page's last record (0 when empty)
     last_change_seq: int | None  # change sequence of the last record (sync feed only)
     data_version: int  # the snapshot the page was read from
     # Cursor pages: whether any record follows the page in that snapshot. Under writes a
     # walk's position says nothing of what is left after its cursor, so hasMore is this.
     more: bool | None = None
-
-    @property
-    def last_record(self) -> bytes:
-        return self.results_json[len(self.results_json) - self.last_record_length :]
 
 
 class CountCache:
@@ -108,6 +106,39 @@ class Checkpoints:
         self._entries.pop(key, None)
 
 
+class SingleFlight:
+    """Concurrent requests for the same slow read share one statement.
+
+    After a write, every list shape needs its total counted again, and until the count
+    is back every request of that shape would start a count of its own: all of them
+    queue on the few pooled connections and the tail latency explodes. Here the first
+    request runs the statement and the others await its answer.
+    """
+
+    def __init__(self) -> None:
+        self._running: dict[Hashable, asyncio.Future[Any]] = {}
+
+    async def run(self, key: Hashable, read: Callable[[], Awaitable[T]]) -> T:
+        running = self._running.get(key)
+        if running is not None:
+            await asyncio.wait([running])  # never raises; our own cancellation does
+            if not running.cancelled():
+                return cast("T", running.result())
+            # The first request failed or went away: read it ourselves.
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._running[key] = future
+        try:
+            result = await read()
+        except BaseException:
+            future.cancel()  # waiters read it themselves (and meet the error, if any)
+            raise
+        finally:
+            if self._running.get(key) is future:
+                del self._running[key]
+        future.set_result(result)
+        return result
+
+
 class ApplicantReader:
     """Queries the read pool; knows SQL, knows nothing of HTTP."""
 
@@ -115,33 +146,29 @@ class ApplicantReader:
         self._pool = pool
         self._counts = CountCache()
         self._checkpoints = Checkpoints()
+        self._single_flight = SingleFlight()
 
     async def data_version(self) -> int:
         """The change sequence high-water mark: moves on every write."""
-        async with self._pool.connection() as connection:
-            rows = await connection.execute_fetchall("SELECT change_seq FROM sync_state")
-        return int(next(iter(rows))[0])
+        rows = await self._pool.fetchall("SELECT change_seq FROM sync_state")
+        return int(rows[0][0])
 
     async def total_rows(self) -> int:
         """Every applicant in the database, counted once per data version."""
         everything = _EVERYTHING
-        async with self._pool.connection() as connection:
-            rows = await connection.execute_fetchall("SELECT change_seq FROM sync_state")
-            version = int(next(iter(rows))[0])
-            total = self._counts.get(everything, version)
-            if total is None:
-                rows = await connection.execute_fetchall(
-                    "SELECT (SELECT change_seq FROM sync_state), count(*) FROM applicants"
-                )
-                version, total = next(iter(rows))
-                self._counts.put(everything, version, total)
+        total = self._counts.get(everything, await self.data_version())
+        if total is None:
+            rows = await self._pool.fetchall_on_pool(
+                "SELECT (SELECT change_seq FROM sync_state), count(*) FROM applicants"
+            )
+            version, total = rows[0]
+            self._counts.put(everything, version, total)
         return int(total)
 
     async def cursor_key(self) -> bytes:
         """The database's key for signing cursors."""
-        async with self._pool.connection() as connection:
-            rows = await connection.execute_fetchall("SELECT cursor_key FROM sync_state")
-        return bytes(next(iter(rows))[0])
+        rows = await self._pool.fetchall("SELECT cursor_key FROM sync_state")
+        return bytes(rows[0][0])
 
     async def fetch_page(
         self, query: ApplicantQuery, scope: frozenset[str] | None
@@ -184,17 +211,27 @@ class ApplicantReader:
         cached = self._checkpoints.get(key)
         if cached is not None:
             return cached
+        return await self._single_flight.run(
+            ("checkpoints", key), lambda: self._read_anchors(plain, scope, walk_order, key)
+        )
+
+    async def _read_anchors(
+        self,
+        plain: ApplicantQuery,
+        scope: frozenset[str] | None,
+        walk_order: bool,
+        key: tuple[Any, ...],
+    ) -> tuple[int | None, Anchors]:
         where = build_where(plain, scope, walk_order=walk_order)
-        columns = ", ".join(order_columns(query.order_by))
-        async with self._pool.connection() as connection:
-            rows = await connection.execute_fetchall(
-                f"SELECT (SELECT change_seq FROM sync_state), {columns} FROM ("
-                f"SELECT {columns}, row_number() OVER ({build_order_by(query.order_by)}) "
-                f"AS position FROM applicants {where.sql}) "
-                f"WHERE (position - 1) % {CHECKPOINT_EVERY} = 0",
-                where.params,
-            )
-        found = list(rows)
+        columns = ", ".join(order_columns(plain.order_by))
+        # One pass over every match: on the pool, off the event loop.
+        found = await self._pool.fetchall_on_pool(
+            f"SELECT (SELECT change_seq FROM sync_state), {columns} FROM ("
+            f"SELECT {columns}, row_number() OVER ({build_order_by(plain.order_by)}) "
+            f"AS position FROM applicants {where.sql}) "
+            f"WHERE (position - 1) % {CHECKPOINT_EVERY} = 0",
+            where.params,
+        )
         if not found:
             return None, ()
         anchors: Anchors = tuple(tuple(row[1:]) for row in found)
@@ -219,43 +256,70 @@ class ApplicantReader:
         # A cursor page reads one record more, to know whether another follows it.
         peek = 1 if query.after is not None else 0
         page_params = (*where.params, query.limit + peek, skip)
-        # The last record's length lets the caller cut it out for the next cursor; in
-        # the sync feed (change_seq ascending) the last record has the largest change_seq.
         # CAST AS BLOB hands Python the UTF-8 bytes as stored: no decoding of the page
-        # into a str and encoding it back. length() of a BLOB is its stored size, O(1).
-        page_columns = (
-            "count(*), CAST(coalesce(group_concat(body, ','), '') AS BLOB), "
-            "coalesce(group_concat(length(CAST(body AS BLOB))), ''), "
-            "coalesce(group_concat(change_seq), '')"
+        # into a str and encoding it back. Only the sync feed needs the records' change
+        # sequence numbers (its position and its cursor are the last one).
+        sequences = (
+            "coalesce(group_concat(change_seq), '')" if query.changed_since is not None else "''"
         )
+        page_columns = f"count(*), CAST(coalesce(group_concat(body, ','), '') AS BLOB), {sequences}"
         # First try with a cached total: the statement only reads the page and version.
-        async with self._pool.connection() as connection:
-            rows = await connection.execute_fetchall(
+        rows = await self._pool.fetchall(
+            f"SELECT (SELECT change_seq FROM sync_state), {page_columns} FROM ({page_sql})",
+            page_params,
+        )
+        version, returned, results_json, seqs = rows[0]
+        total = self._counts.get(count_where, version)
+        for _ in range(3):
+            if total is not None:
+                break
+            # Counting may read every matching row: on the pool, once for all the
+            # requests that need it. The count is exact for the version it was read at;
+            # if a write landed since the page was read, read the page again.
+            counted_version, counted = await self._count(count_where)
+            if counted_version == version:
+                total = counted
+                break
+            rows = await self._pool.fetchall(
                 f"SELECT (SELECT change_seq FROM sync_state), {page_columns} FROM ({page_sql})",
                 page_params,
             )
-            version, returned, results_json, lengths, seqs = next(iter(rows))
+            version, returned, results_json, seqs = rows[0]
             total = self._counts.get(count_where, version)
-            if total is None:
-                rows = await connection.execute_fetchall(
-                    "SELECT (SELECT change_seq FROM sync_state), "
-                    f"(SELECT count(*) FROM applicants {count_where.sql}), {page_columns} "
-                    f"FROM ({page_sql})",
-                    (*count_where.params, *page_params),
-                )
-                version, total, returned, results_json, lengths, seqs = next(iter(rows))
-                self._counts.put(count_where, version, total)
+        if total is None:
+            # Writes keep landing between page and count: both in one statement.
+            rows = await self._pool.fetchall_on_pool(
+                "SELECT (SELECT change_seq FROM sync_state), "
+                f"(SELECT count(*) FROM applicants {count_where.sql}), {page_columns} "
+                f"FROM ({page_sql})",
+                (*count_where.params, *page_params),
+            )
+            version, total, returned, results_json, seqs = rows[0]
+            self._counts.put(count_where, version, total)
         more = None
         if peek:
             more = returned > query.limit
             if more:  # cut the peeked record off
                 returned -= 1
-                lengths, _, peeked = lengths.rpartition(",")
-                results_json = results_json[: len(results_json) - int(peeked) - 1]
+                results_json = results_json[: max(last_record_start(results_json) - 1, 0)]
                 seqs = seqs.rpartition(",")[0]
-        last_length = int(lengths.rpartition(",")[2] or 0)
         last_seq = int(seqs.rpartition(",")[2]) if seqs else None
-        return ApplicantPage(results_json, returned, total, last_length, last_seq, version, more)
+        return ApplicantPage(results_json, returned, total, last_seq, version, more)
+
+    async def _count(self, where: SqlFragment) -> tuple[int, int]:
+        """(data version, matches of `where` at that version), counted once at a time."""
+
+        async def count() -> tuple[int, int]:
+            rows = await self._pool.fetchall_on_pool(
+                "SELECT (SELECT change_seq FROM sync_state), "
+                f"(SELECT count(*) FROM applicants {where.sql})",
+                where.params,
+            )
+            version, total = rows[0]
+            self._counts.put(where, version, total)
+            return int(version), int(total)
+
+        return await self._single_flight.run(("count", where.sql, where.params), count)
 
     async def _walk_order(
         self, query: ApplicantQuery, scope: frozenset[str] | None, count_where: SqlFragment
@@ -305,14 +369,13 @@ class ApplicantReader:
         matches = self._counts.latest(count_where)
         everything = self._counts.latest(_EVERYTHING)
         if matches is None or everything is None:
-            async with self._pool.connection() as connection:
-                rows = await connection.execute_fetchall(
-                    "SELECT (SELECT change_seq FROM sync_state), "
-                    f"(SELECT count(*) FROM applicants {count_where.sql}), "
-                    "(SELECT count(*) FROM applicants)",
-                    count_where.params,
-                )
-            version, matches, everything = next(iter(rows))
+            rows = await self._pool.fetchall_on_pool(
+                "SELECT (SELECT change_seq FROM sync_state), "
+                f"(SELECT count(*) FROM applicants {count_where.sql}), "
+                "(SELECT count(*) FROM applicants)",
+                count_where.params,
+            )
+            version, matches, everything = rows[0]
             self._counts.put(count_where, version, matches)
             self._counts.put(_EVERYTHING, version, everything)
         return matches * matches > (query.sql_offset + query.limit) * everything
@@ -324,11 +387,10 @@ class ApplicantReader:
         the data version it was read at."""
         where = build_where(query, scope)
         condition = f"{where.sql} AND id = ?" if where.sql else "WHERE id = ?"
-        async with self._pool.connection() as connection:
-            rows = await connection.execute_fetchall(
-                "SELECT (SELECT change_seq FROM sync_state), "
-                f"(SELECT CAST(body AS BLOB) FROM applicants {condition})",
-                (*where.params, applicant_id),
-            )
-        version, body = next(iter(rows))
+        rows = await self._pool.fetchall(
+            "SELECT (SELECT change_seq FROM sync_state), "
+            f"(SELECT CAST(body AS BLOB) FROM applicants {condition})",
+            (*where.params, applicant_id),
+        )
+        version, body = rows[0]
         return (bytes(body) if body is not None else None), int(version)

@@ -648,7 +648,7 @@ def _most_common(records: list[Record], field: str) -> str:
     [
         ("integration_id", lambda records: "int_entrata_01"),
         ("integration_vendor", lambda records: "YARDI"),
-        ("property_id", lambda records: "prop_entrata_01_009"),
+        ("property_id", lambda records: _most_common(records, "property_id")),
         ("x_property_id", lambda records: _most_common(records, "x_property_id")),
     ],
 )
@@ -726,6 +726,23 @@ async def test_email_ignores_ascii_case_only(empty_client: Client, db: sqlite3.C
     assert await matched("JOSé.PéREZ@EXAMPLE.COM") == ["app_hand_002"]
     assert await matched("josÉ.pÉrez@example.com") == ["app_hand_003"]
     assert await matched("jose.perez") == []
+
+
+async def test_email_compares_past_a_nul_character(
+    empty_client: Client, db: sqlite3.Connection
+) -> None:
+    # SQLite's NOCASE stops comparing at NUL: "\x00À" and "\x00à" would be equal to it.
+    write_records(db, [applicant(1, email_1="\x00À"), applicant(2, email_1="\x00a@b")])
+
+    async def matched(email: str) -> list[str]:
+        response = await empty_client.get("/v1/applicants", params={"email_1": email})
+        assert response.status_code == 200
+        return [r["id"] for r in response.json()["results"]]
+
+    assert await matched("\x00À") == ["app_hand_001"]
+    assert await matched("\x00à") == []
+    assert await matched("\x00A@B") == ["app_hand_002"]
+    assert await matched("\x00x@b") == []
 
 
 async def test_phone_matches_ten_digits_with_or_without_country_code(

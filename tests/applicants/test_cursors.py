@@ -26,7 +26,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from litestar.testing import AsyncTestClient
 
-from app.applicants.cursors import CursorCodec, CursorState
+from app.applicants.cursors import CursorCodec, CursorState, last_record_start
 from app.applicants.ingest import write_records
 from app.applicants.records import Applicant, SortKey
 from app.auth import create_token
@@ -643,3 +643,41 @@ async def test_fuzzed_cursors_are_always_400(
     )
     response = await client.get("/v1/applicants", params={"cursor": cursor})
     assert_invalid(response, "cursor", cursor)
+
+
+# --- finding the last record of a page ---------------------------------------------------
+
+_SORT_FIELDS = ("created_at", "updated_at", "last_seen", "x_id", "x_property_id", "property_id")
+
+
+def _record_like(identifier: str, nested: Any) -> dict[str, Any]:
+    """An object shaped like a served record (id first), with `nested` as custom_data."""
+    record: dict[str, Any] = {"id": identifier}
+    record.update(dict.fromkeys(_SORT_FIELDS, "2024-01-01T00:00:00.000Z"))
+    record.update(integration_id="int_a", integration_vendor="V")
+    record.update(dict.fromkeys(("first_name", "middle_name", "last_name", "email_1"), None))
+    record.update(dict.fromkeys(("date_of_birth", "city", "state", "zip"), None))
+    record["custom_data"] = nested
+    return record
+
+
+# custom_data holding objects that look exactly like records, up to the record's last byte
+_decoys = st.recursive(
+    st.one_of(st.none(), st.integers(), st.text(alphabet='{}[]",:id ', max_size=12)),
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3),
+        st.builds(_record_like, st.text(alphabet="abc,{}", max_size=4), inner),
+    ),
+    max_leaves=6,
+)
+
+
+@given(st.lists(st.tuples(st.text(alphabet="xyz", max_size=3), _decoys), min_size=1, max_size=5))
+def test_the_last_record_is_found_whatever_its_nested_data_holds(
+    records: list[tuple[str, Any]],
+) -> None:
+    bodies = [
+        msgspec.json.encode(_record_like(f"app_{i}{s}", d)) for i, (s, d) in enumerate(records)
+    ]
+    joined = b",".join(bodies)
+    assert joined[last_record_start(joined) :] == bodies[-1]

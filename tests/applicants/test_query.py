@@ -21,11 +21,13 @@ from app.applicants.query import (
     SORTABLE_FIELDS,
     ApplicantQuery,
     SqlFragment,
+    build_keyset,
     build_order_by,
     build_where,
     parse_list_query,
     parse_order_by,
     parse_record_query,
+    total_order,
 )
 from app.applicants.records import Applicant, SortKey
 from app.database import open_for_write
@@ -413,7 +415,11 @@ def test_no_filters_and_no_scope_is_no_where() -> None:
         ([("integration_vendor", "YARDI")], "WHERE integration_vendor = ?", ("YARDI",)),
         ([("property_id", "p")], "WHERE property_id = ?", ("p",)),
         ([("x_property_id", "P")], "WHERE x_property_id = ?", ("P",)),
-        ([("email_1", "A@b.c")], "WHERE email_1 = ? COLLATE NOCASE", ("A@b.c",)),
+        (
+            [("email_1", "A@b.c")],
+            "WHERE email_1 = ? COLLATE NOCASE AND upper(email_1) = upper(?)",
+            ("A@b.c", "A@b.c"),
+        ),
         (
             [("phone_1", "5551234567")],
             "WHERE phone_1_digits IN (?, ?)",
@@ -461,8 +467,8 @@ def test_filters_and_scope_combine_with_and() -> None:
     )
     assert build_where(query, frozenset({"int_a"})) == SqlFragment(
         "WHERE updated_at >= ? AND integration_id = ? AND email_1 = ? COLLATE NOCASE "
-        "AND phone_1_digits IN (?, ?) AND integration_id IN (?)",
-        (1_000_000, "int_a", "a@b.c", "5551234567", "15551234567", "int_a"),
+        "AND upper(email_1) = upper(?) AND phone_1_digits IN (?, ?) AND integration_id IN (?)",
+        (1_000_000, "int_a", "a@b.c", "a@b.c", "5551234567", "15551234567", "int_a"),
     )
 
 
@@ -475,7 +481,8 @@ def test_hostile_values_are_bound_never_written_into_the_sql(name: str, value: s
     assert value not in where.sql
     assert "'" not in where.sql
     assert '"' not in where.sql
-    assert where.params.count(value) == 2  # the filter, and the scope
+    # the filter (email_1's twice: its index, then its exact check), and the scope
+    assert where.params.count(value) == (3 if name == "email_1" else 2)
     assert where.sql.count("?") == len(where.params)
 
 
@@ -611,3 +618,19 @@ def test_a_hostile_value_matches_nothing_and_breaks_nothing(
 ) -> None:
     assert matching_ids(emails_db, [(name, HOSTILE)]) == []
     assert emails_db.execute("SELECT count(*) FROM applicants").fetchone() == (3,)
+
+
+@pytest.mark.parametrize(("inclusive", "ids"), [(True, ["app_1", "app_2"]), (False, ["app_2"])])
+def test_a_keyset_ignores_the_keys_after_id(
+    emails_db: sqlite3.Connection, inclusive: bool, ids: list[str]
+) -> None:
+    # A page served from a checkpoint starts "at" its row; a null key after `id` (every
+    # first_name here is null) once dropped that row. Found by test_pagination_properties.
+    keys = total_order(
+        (SortKey("city", "desc"), SortKey("id", "asc"), SortKey("first_name", "desc"))
+    )
+    keyset = build_keyset(keys, (None, "app_1", None), inclusive=inclusive)
+    rows = emails_db.execute(
+        f"SELECT id FROM applicants WHERE {keyset.sql} {build_order_by(keys)}", keyset.params
+    )
+    assert [row[0] for row in rows] == ids

@@ -29,12 +29,15 @@ from app.config import Settings
 from app.database import open_for_write
 from app.instants import MAX_INSTANT, MIN_INSTANT, format_instant
 from app.main import create_app
+from tests.strategies import ID_ALPHABET
 
 INT64 = st.integers(-(2**63), 2**63 - 1)
 # Every code point but surrogates (which no UTF-8 file can carry).
 TEXT = st.text(max_size=12)
 NON_EMPTY = st.text(min_size=1, max_size=12)
 MAYBE_TEXT = st.none() | TEXT
+# The service id is held to APPLICANT_ID_RULE: 1-128 of these characters, never "." or "..".
+ID_TEXT = st.text(ID_ALPHABET, min_size=1, max_size=100)
 JSON_SCALARS = (
     st.none()
     | st.booleans()
@@ -163,7 +166,7 @@ def source_records(draw: st.DrawFn, number: int) -> dict[str, Any]:
     record |= draw(optional(**dict.fromkeys(NULLABLE_STRINGS, MAYBE_TEXT)))
     record |= draw(
         optional(
-            id=st.none() | NON_EMPTY.map(lambda text: f"{text}#{number}"),
+            id=st.none() | ID_TEXT.map(lambda text: f"{text}:{number}"),
             created_at=MAYBE_INSTANT,
             updated_at=MAYBE_INSTANT,
             last_seen=MAYBE_INSTANT,
