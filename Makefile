@@ -34,10 +34,13 @@ format: install
 	$(BIN)/ruff format $(LINTED)
 	$(BIN)/ruff check --fix $(LINTED)
 
-## Benchmark the list path against its floors (issue 4): seeds 100k and 1M applicants
-## into benchmarks/work/ (reused), drives `leasestar serve` with wrk, and writes
-## benchmarks/RESULTS.md and benchmarks/list-bench.png. About 20 minutes on a fresh clone;
-## `make bench BENCH_ARGS=--quick` is a 3-minute development run (100k rows only).
+## Benchmark the list path against its floors (issue 4) and cursor walks at 10/50/90%
+## depth of 1M rows (issue 7): seeds 100k and 1M applicants into benchmarks/work/ (reused),
+## drives `leasestar serve` with wrk, and writes the list and cursors sections of
+## benchmarks/RESULTS.md and benchmarks/list-bench.png. About 21 minutes on a fresh clone;
+## `make bench BENCH_ARGS=--quick` is a 3-minute development run (100k rows only, no
+## cursor walks); BENCH_ARGS='--smoke /tmp/bench' checks every step in ~2 minutes on small
+## databases, writing only below /tmp/bench.
 bench: install
 	$(BIN)/python -c 'import matplotlib' 2>/dev/null || $(BIN)/python -m pip install --quiet matplotlib
 	$(BIN)/python benchmarks/run.py $(BENCH_ARGS)
@@ -48,10 +51,11 @@ docs-check: install
 	command -v chromium >/dev/null || (apt-get update && apt-get install -y chromium)
 	$(BIN)/python tests/docs_check.py
 
-## Soak (issue 5, not part of `make test`): seeds 100k applicants into benchmarks/work/soak/
-## (reused), serves them, and runs 60 s of wrk at 64 connections on the list and get routes
-## while `leasestar import` writes; non-2xx count, p99 and server RSS go to the soak section
-## of benchmarks/RESULTS.md. About 3 minutes once seeded; SOAK_ARGS='--duration 15' is quicker.
+## Soak (issue 5, not part of `make test`): copies make bench's 100k database
+## (benchmarks/work/, seeded if missing) into benchmarks/work/soak/, serves it, and runs
+## 60 s of wrk at 64 connections on the list and get routes while `leasestar import`
+## writes; non-2xx count, p99 and server RSS go to the soak section of
+## benchmarks/RESULTS.md. About 3 minutes once seeded; SOAK_ARGS='--duration 15' is quicker.
 soak: install
 	$(BIN)/python benchmarks/soak.py $(SOAK_ARGS)
 

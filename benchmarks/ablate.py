@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 
 import aiosqlite
+import harness
 import run
 
 CONFIGS: dict[str, dict[str, str]] = {
@@ -50,22 +51,21 @@ def switches(settings: run.Settings) -> None:
     with contextlib.ExitStack() as stack:
         bases = {}
         for name, env in CONFIGS.items():
-            command = [str(run.LEASESTAR), "serve", "--db", str(dataset.db), "--port", "{port}"]
             bases[name] = stack.enter_context(
-                run.server(f"ablate-{len(bases)}", command, "/health", {**run.SERVER_ENV, **env})
-            )[0]
+                harness.leasestar_server(f"ablate-{len(bases)}", dataset.db, env)
+            ).base
         first = next(iter(bases.values()))
         floor_dir.mkdir(parents=True, exist_ok=True)
         for key in ("list_default", "get_by_id"):
             body, _ = run.served_once(first, dataset, dataset.cases[key])
             (floor_dir / f"{key}.json").write_bytes(body)
-        floor_base = stack.enter_context(run.floor_server(floor_dir))[0]
+        floor_base = stack.enter_context(run.floor_server(floor_dir)).base
         for key in ("list_default", "get_by_id"):
             case = dataset.cases[key]
             targets = [run.target_for(base, dataset, case, name) for name, base in bases.items()]
-            targets.append(run.WrkTarget("HTTP floor (same body)", f"{floor_base}/floor/{key}"))
+            targets.append(harness.WrkTarget("HTTP floor (same body)", f"{floor_base}/floor/{key}"))
             run.interleave(settings, targets, [])
-            print(f"\n{case.label}, {run.CONNECTIONS} connections, {settings.seconds} s each")
+            print(f"\n{case.label}, {harness.CONNECTIONS} connections, {settings.seconds} s each")
             for target in targets:
                 m = target.measured()
                 print(
@@ -80,7 +80,7 @@ def hop(db: Path, seconds: float = 2.0) -> None:
     sql = "SELECT CAST(body AS BLOB) FROM applicants WHERE id = ?"
 
     async def through_thread() -> float:
-        async with aiosqlite.connect(run.read_only_uri(db), uri=True) as connection:
+        async with aiosqlite.connect(harness.read_only_uri(db), uri=True) as connection:
             done, start = 0, time.perf_counter()
             while time.perf_counter() - start < seconds:
                 await connection.execute_fetchall(sql, (ids[done % len(ids)],))
@@ -88,7 +88,7 @@ def hop(db: Path, seconds: float = 2.0) -> None:
             return (time.perf_counter() - start) / done
 
     async def inline() -> float:
-        connection = sqlite3.connect(run.read_only_uri(db), uri=True)
+        connection = sqlite3.connect(harness.read_only_uri(db), uri=True)
         try:
             done, start = 0, time.perf_counter()
             while time.perf_counter() - start < seconds:
@@ -102,10 +102,10 @@ def hop(db: Path, seconds: float = 2.0) -> None:
 
     import uvloop
 
-    with run.on_server_core():
+    with harness.on_server_core():
         threaded = uvloop.run(through_thread())
         direct = uvloop.run(inline())
-    print(f"\nget by id, one query, uvloop, one core ({run.SERVER_CORE}):")
+    print(f"\nget by id, one query, uvloop, one core ({harness.SERVER_CORE}):")
     print(f"  through aiosqlite's thread  {threaded * 1e6:6.1f} us/query")
     print(f"  inline sqlite3              {direct * 1e6:6.1f} us/query")
     print(f"  the hop costs               {(threaded - direct) * 1e6:6.1f} us/query")
@@ -114,14 +114,14 @@ def hop(db: Path, seconds: float = 2.0) -> None:
 def main() -> int:
     quick = "--quick" in sys.argv
     settings = run.QUICK if quick else run.FULL
-    run.raise_priority()
-    run.ensure_wrk()
-    db = run.ensure_database(run.SMALL)
+    harness.raise_priority()
+    harness.ensure_wrk()
+    db = harness.ensure_database(run.SMALL)
     hop(db)
     switches(settings)
     return 0
 
 
 if __name__ == "__main__":
-    os.chdir(run.ROOT)
+    os.chdir(harness.ROOT)
     sys.exit(main())

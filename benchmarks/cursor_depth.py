@@ -1,21 +1,23 @@
 """Cursor walks at depth (issue 7): is the page at a deep cursor as fast as the first page?
 
+Part of `make bench` (run.py walks the 1,000,000-row database with its own servers and
+settings); on its own:
+
     .venv/bin/python benchmarks/cursor_depth.py [--rows N] [--seconds S] [--no-results]
 
-1. Reuses `benchmarks/work/applicants-N.db` (the database `make bench` builds; a
-   `bench-N.db` is taken too), waits for it while another benchmark is still seeding
-   it, or seeds it with `leasestar seed --count N --seed 0` (stamped with the same
-   fingerprint `benchmarks/run.py` checks, so both reuse it).
+1. Takes `benchmarks/work/applicants-N.db`, the database `make bench` builds
+   (`harness.ensure_database`: reused while it was built from the current schema and
+   generator, waited for while another benchmark is seeding it, seeded otherwise).
 2. Makes cursors at 10%, 50% and 90% depth of the default ordering (created_at desc)
    without walking there: reads the record just before each depth with SQL, takes its
    sort-key values with the app's own `key_values`, and signs the app's own
    `cursor_state` with the database's key (`CursorCodec`). Each cursor page is checked
    against the same page read by SQL with LIMIT/OFFSET before anything is measured.
 3. Serves the database with `leasestar serve` (uvicorn, one worker, rate limit off)
-   pinned to core 0 with taskset, and drives it with wrk (`-t1 -c16`) pinned to core 1.
-   The first page, the three cursor pages and, for contrast, offset=90% are measured in
-   interleaved slices (so background load hits them alike); a case's p50 is the median
-   of its slices' p50s.
+   pinned to core 0 with taskset, and drives it with wrk (`-t1 -c16`, `wrk.lua`) pinned
+   to core 1. The first page, the three cursor pages and, for contrast, offset=90% are
+   measured in interleaved slices (so background load hits them alike); a case's p50 is
+   the median of its slices' p50s.
 4. Prints the table and writes it between `<!-- BEGIN cursors -->` and
    `<!-- END cursors -->` in benchmarks/RESULTS.md (appended when missing; nothing else
    in the file is touched). Target: p50 at 90% within 1.5x of the first page.
@@ -25,115 +27,30 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import hashlib
 import json
-import os
-import platform
-import re
-import shutil
-import signal
-import socket
-import sqlite3
 import statistics
-import subprocess
 import sys
-import time
-import urllib.error
 import urllib.parse
-import urllib.request
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
-BENCH = Path(__file__).resolve().parent
-ROOT = BENCH.parent
-WORK = BENCH / "work"
-BIN = Path(sys.executable).parent
-LEASESTAR = BIN / "leasestar"
-RESULTS_MD = BENCH / "RESULTS.md"
+import harness
+from harness import CLIENT_CORE, CONNECTIONS, SERVER_CORE, WrkTarget, say
+
+from app.applicants.cursors import CursorCodec, key_values
+from app.applicants.query import ApplicantQuery, cursor_state, total_order
+
 BEGIN, END = "<!-- BEGIN cursors -->", "<!-- END cursors -->"
-LUA = WORK / "cursor-depth.lua"
-SERVER_LOG = WORK / "server-cursor-depth.log"
-
-sys.path.insert(0, str(ROOT))
-from app.applicants.cursors import CursorCodec, key_values  # noqa: E402
-from app.applicants.query import ApplicantQuery, cursor_state, total_order  # noqa: E402
-
 DEPTHS = (0.1, 0.5, 0.9)
 LIMIT = 100  # the default page size
-CONNECTIONS = 16
-SERVER_CORE, CLIENT_CORE = "0", "1"
 TARGET = 1.5
 # The default ordering, as SQL, written here from the contract (created_at desc + id).
 DEFAULT_ORDER_SQL = "ORDER BY created_at DESC, id DESC"
-WRK_LUA = """-- written by benchmarks/cursor_depth.py: one machine-readable summary line
-function done(summary, latency, requests)
-  local e = summary.errors
-  io.write(string.format(
-    'CURSOR_JSON {"requests":%d,"duration_us":%d,"bytes":%d,"p50_us":%d,"p90_us":%d,' ..
-    '"p99_us":%d,"errors":%d}\\n',
-    summary.requests, summary.duration, summary.bytes, latency:percentile(50),
-    latency:percentile(90), latency:percentile(99),
-    e.connect + e.read + e.write + e.status + e.timeout))
-end
-"""
 
 
-def say(message: str) -> None:
-    print(f"[cursor-depth {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
-
-
-# --------------------------------------------------------------------------- database
-
-
-def count_rows(path: Path) -> int:
-    try:
-        with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
-            return int(db.execute("SELECT count(*) FROM applicants").fetchone()[0])
-    except sqlite3.Error:
-        return -1
-
-
-def data_fingerprint() -> str:
-    """What a seeded database depends on (the stamp benchmarks/run.py checks)."""
-    digest = hashlib.sha256()
-    for source in (ROOT / "schema.sql", ROOT / "seed" / "generator.py"):
-        digest.update(source.read_bytes())
-    return digest.hexdigest()[:16]
-
-
-def ensure_database(rows: int) -> Path:
-    WORK.mkdir(parents=True, exist_ok=True)
-    path = WORK / f"applicants-{rows}.db"
-    partial = path.with_name(path.name + ".partial")
-    # Another benchmark may be seeding it right now: its .partial keeps growing.
-    while not path.exists() and partial.exists():
-        wal = Path(f"{partial}-wal")
-        changed = max(p.stat().st_mtime for p in (partial, wal) if p.exists())
-        if time.time() - changed > 300:
-            break  # abandoned
-        say(f"{partial.name} is being seeded by another run; waiting for it")
-        time.sleep(30)
-    for candidate in (path, WORK / f"bench-{rows}.db"):
-        if candidate.exists():
-            found = count_rows(candidate)
-            if found == rows:
-                say(f"reusing {candidate.relative_to(ROOT)} ({rows:,} applicants)")
-                return candidate
-            say(f"{candidate.name} holds {found:,} rows, not {rows:,}")
-    for suffix in ("", "-wal", "-shm"):
-        Path(f"{partial}{suffix}").unlink(missing_ok=True)
-    say(f"seeding {rows:,} applicants into {path.relative_to(ROOT)} (leasestar seed)")
-    started = time.monotonic()
-    subprocess.run(
-        [str(LEASESTAR), "seed", "--db", str(partial), "--count", str(rows), "--seed", "0"],
-        check=True,
-    )
-    partial.rename(path)
-    path.with_name(path.name + ".fingerprint").write_text(data_fingerprint() + "\n")
-    say(f"seeded {rows:,} in {time.monotonic() - started:.0f} s")
-    return path
+# --------------------------------------------------------------------------- cases
 
 
 @dataclass
@@ -143,26 +60,23 @@ class Case:
     path: str  # path and query string
     position: int
     expected_ids: list[str]
-    p50s: list[float] = field(default_factory=list)
-    p90s: list[float] = field(default_factory=list)
-    p99s: list[float] = field(default_factory=list)
-    requests: int = 0
-    seconds: float = 0.0
-    errors: int = 0
     body_bytes: int = 0
+    target: WrkTarget | None = None  # its slices, once measured
+    measured: harness.Measured | None = None  # ...merged
+
+    def latency(self, percentile: float) -> float:
+        """The median of the slices' latencies at `percentile`, in ms."""
+        assert self.target is not None
+        return statistics.median(self.target.per_slice(percentile))
 
     @property
     def p50(self) -> float:
-        return statistics.median(self.p50s)
-
-    @property
-    def rps(self) -> float:
-        return self.requests / self.seconds if self.seconds else 0.0
+        return self.latency(50)
 
 
 def build_cases(db: Path, rows: int, with_offset: bool) -> list[Case]:
     """The first page, a cursor page at each depth, and offset=90% for contrast."""
-    with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as conn:
+    with contextlib.closing(harness.read_only(db)) as conn:
         key = bytes(conn.execute("SELECT cursor_key FROM sync_state").fetchone()[0])
         codec = CursorCodec(key)
         query = ApplicantQuery(limit=LIMIT)  # the defaults: created_at desc
@@ -209,89 +123,12 @@ def build_cases(db: Path, rows: int, with_offset: bool) -> list[Case]:
     return cases
 
 
-# --------------------------------------------------------------------------- server, wrk
-
-
-def pinned(core: str) -> list[str]:
-    if shutil.which("taskset") and (os.cpu_count() or 1) >= 2:
-        return ["taskset", "-c", core]
-    return []
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-def http_get(url: str, token: str | None = None, timeout: float = 60) -> tuple[int, bytes]:
-    request = urllib.request.Request(url)
-    if token:
-        request.add_header("Authorization", f"Bearer {token}")
-    try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
-            return int(response.status), response.read()
-    except urllib.error.HTTPError as error:
-        return int(error.code), error.read()
-
-
-def create_token(db: Path) -> str:
-    name = f"bench-cursor-depth-{time.strftime('%Y%m%d%H%M%S')}-{os.getpid()}"
-    out = subprocess.run(
-        [str(LEASESTAR), "token", "create", "--db", str(db), "--name", name],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout
-    return out.strip().splitlines()[-1]
-
-
-@contextlib.contextmanager
-def leasestar_server(db: Path) -> Iterator[int]:
-    """`leasestar serve` (uvicorn, one worker) pinned to the server core; yields its port."""
-    port = free_port()
-    command = [
-        *pinned(SERVER_CORE),
-        str(LEASESTAR),
-        "serve",
-        "--db",
-        str(db),
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--workers",
-        "1",
-    ]
-    env = {**os.environ, "LEASESTAR_RATE_LIMIT": "off"}  # a load test is not a limiter test
-    with SERVER_LOG.open("wb") as log:
-        process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=log)
-        try:
-            deadline = time.monotonic() + 120
-            while True:
-                if process.poll() is not None:
-                    raise RuntimeError(
-                        f"server exited early ({process.returncode}); see {log.name}"
-                    )
-                with contextlib.suppress(OSError):
-                    if http_get(f"http://127.0.0.1:{port}/health", timeout=2)[0] == 200:
-                        break
-                if time.monotonic() > deadline:
-                    raise RuntimeError("server did not answer within 120 s")
-                time.sleep(0.2)
-            yield port
-        finally:
-            process.send_signal(signal.SIGINT)
-            try:
-                process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+# --------------------------------------------------------------------------- measuring
 
 
 def check_case(base: str, token: str, case: Case) -> None:
     """The served page is the SQL page at that position, with a next cursor."""
-    status, raw = http_get(base + case.path, token)
+    status, raw = harness.http_get(base + case.path, token)
     if status != 200:
         raise RuntimeError(f"{case.label}: HTTP {status}: {raw[:300]!r}")
     body = json.loads(raw)
@@ -303,101 +140,135 @@ def check_case(base: str, token: str, case: Case) -> None:
     case.body_bytes = len(raw)
 
 
-def wrk(url: str, token: str, seconds: float) -> dict[str, int]:
-    command = [
-        *pinned(CLIENT_CORE),
-        "wrk",
-        "-t1",
-        f"-c{CONNECTIONS}",
-        f"-d{max(1, round(seconds))}s",
-        "--timeout",
-        "30s",
-        "-s",
-        str(LUA),
-        "-H",
-        f"Authorization: Bearer {token}",
-        url,
-    ]
-    out = subprocess.run(command, check=True, capture_output=True, text=True).stdout
-    match = re.search(r"^CURSOR_JSON (\{.*\})$", out, re.MULTILINE)
-    if match is None:
-        raise RuntimeError(f"wrk printed no summary:\n{out}")
-    summary: dict[str, int] = json.loads(match[1])
-    return summary
-
-
-def measure(base: str, token: str, cases: list[Case], seconds: float, slices: int) -> None:
-    for case in cases:  # warm-up: caches, the count cache, the OS page cache
-        wrk(base + case.path, token, 1)
+def measure(
+    base: str, token: str, cases: list[Case], slices: int, slice_seconds: int, warmup: int
+) -> None:
+    """Warm every page up (caches, the count cache, the OS page cache), then measure them
+    in turns, slice by slice, starting each slice with the next page."""
+    targets = [WrkTarget(case.key, base + case.path, token) for case in cases]
+    for case, target in zip(cases, targets, strict=True):
+        case.target = target
+        target.run(warmup, keep=False)
     for index in range(slices):
-        rotated = cases[index % len(cases) :] + cases[: index % len(cases)]
-        for case in rotated:
-            summary = wrk(base + case.path, token, seconds / slices)
-            case.p50s.append(summary["p50_us"] / 1000)
-            case.p90s.append(summary["p90_us"] / 1000)
-            case.p99s.append(summary["p99_us"] / 1000)
-            case.requests += summary["requests"]
-            case.seconds += summary["duration_us"] / 1e6
-            case.errors += summary["errors"]
+        shift = index % len(targets)
+        for target in targets[shift:] + targets[:shift]:
+            target.run(slice_seconds)
         say(
             f"slice {index + 1}/{slices}: "
-            + ", ".join(f"{c.key} {c.p50s[-1]:.2f} ms" for c in cases)
+            + ", ".join(f"{t.name} {t.per_slice(50)[-1]:.2f} ms" for t in targets)
         )
+    for case, target in zip(cases, targets, strict=True):
+        case.measured = target.measured()
+
+
+@dataclass
+class Walk:
+    """The measured pages of one database, and how they were measured."""
+
+    rows: int
+    cases: list[Case]
+    slices: int
+    slice_seconds: int
+    warmup: int
+    loads: tuple[str, str]  # load average before, after
+
+    @property
+    def ratio(self) -> float:
+        """p50 at the deepest cursor over the first page's."""
+        deepest = next(c for c in self.cases if c.key == "cursor_90")
+        return deepest.p50 / self.cases[0].p50
+
+    @property
+    def passed(self) -> bool:
+        return self.ratio <= TARGET
+
+    def lines(self) -> list[str]:
+        """One line a page, for a terminal."""
+        first = self.cases[0].p50
+        out = []
+        for case in self.cases:
+            assert case.measured is not None
+            out.append(
+                f"{self.rows:>9,} {case.label:<38} {case.measured.rps:7.0f} req/s  "
+                f"p50 {case.p50:7.2f} ms  p99 {case.latency(99):7.2f} ms  "
+                f"{case.p50 / first:.2f}x the first page"
+            )
+        return out
+
+    def summary(self) -> dict[str, Any]:
+        """The figures, for a JSON file."""
+        pages = []
+        for case in self.cases:
+            assert case.measured is not None
+            pages.append(
+                {
+                    "page": case.key,
+                    "label": case.label,
+                    "path": case.path,
+                    "position": case.position,
+                    "body_bytes": case.body_bytes,
+                    "rps": case.measured.rps,
+                    "p50_ms": case.p50,
+                    "p90_ms": case.latency(90),
+                    "p99_ms": case.latency(99),
+                    "errors": case.measured.errors,
+                }
+            )
+        return {
+            "rows": self.rows,
+            "slices": self.slices,
+            "slice_seconds": self.slice_seconds,
+            "warmup": self.warmup,
+            "load_before": self.loads[0],
+            "load_after": self.loads[1],
+            "pages": pages,
+            "p50_deepest_over_first": self.ratio,
+            "target": TARGET,
+            "passed": self.passed,
+        }
+
+
+def walk(
+    db: Path,
+    rows: int,
+    base: str,
+    token: str,
+    *,
+    slices: int,
+    slice_seconds: int,
+    warmup: int,
+    with_offset: bool = True,
+) -> Walk:
+    """Make the cursors of `db` (served at `base`), check their pages, and measure them."""
+    load_before = harness.loadavg()
+    cases = build_cases(db, rows, with_offset)
+    for case in cases:
+        check_case(base, token, case)
+    measure(base, token, cases, slices, slice_seconds, warmup)
+    return Walk(rows, cases, slices, slice_seconds, warmup, (load_before, harness.loadavg()))
 
 
 # --------------------------------------------------------------------------- report
 
 
-def git_commit() -> str:
-    sha = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
-    ).stdout.strip()
-    dirty = subprocess.run(
-        ["git", "status", "--porcelain", "--", "app", "schema.sql"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-    ).stdout.strip()
-    return f"`{sha}`" + (" (with uncommitted changes in app/)" if dirty else "")
-
-
-def machine() -> str:
-    model = "?"
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    wrk_version = subprocess.run(["wrk", "--version"], capture_output=True, text=True).stdout
-    return (
-        f"{model}, {os.cpu_count()} cores, kernel {platform.release()}; python "
-        f"{platform.python_version()}, sqlite {sqlite3.sqlite_version}, wrk "
-        f"{(wrk_version.split() or ['?', '?'])[1]}"
-    )
-
-
-def loadavg() -> str:
-    return " ".join(f"{x:.2f}" for x in os.getloadavg())
-
-
-def markdown(
-    cases: list[Case], rows: int, command: str, seconds: float, slices: int, loads: tuple[str, str]
-) -> str:
-    first = cases[0]
-    deepest = next(c for c in cases if c.key == "cursor_90")
-    ratio = deepest.p50 / first.p50
-    verdict = "PASS" if ratio <= TARGET else "FAIL"
+def markdown(result: Walk, command: str) -> str:
+    cases, first = result.cases, result.cases[0]
+    ratio = result.ratio
+    verdict = "PASS" if result.passed else "FAIL"
+    seconds = result.slices * result.slice_seconds
     lines = [
         BEGIN,
         "## Cursor walks at depth (issue 7)",
         "",
-        f"Run {datetime.now(UTC):%Y-%m-%d %H:%M} UTC on commit {git_commit()} with "
-        f"`{command}`: {rows:,} applicants, pages of {LIMIT} in the default order "
-        f"(created_at desc); {seconds:g} measured seconds per case in {slices} interleaved "
-        f"slices after a 1 s warm-up; load average {loads[0]} before, {loads[1]} after.",
+        f"Run {datetime.now(UTC):%Y-%m-%d %H:%M} UTC on commit `{harness.git_commit()}` with "
+        f"`{command}`: {result.rows:,} applicants, pages of {LIMIT} in the default order "
+        f"(created_at desc); {seconds} measured seconds per case in {result.slices} "
+        f"interleaved slices after a {result.warmup} s warm-up; load average "
+        f"{result.loads[0]} before, {result.loads[1]} after.",
         "",
-        f"**Machine**: {machine()}. The machine is shared with other work: absolute "
-        "figures move with it, the interleaved ratios much less.",
+        f"**Machine**: {harness.describe_machine('python', 'sqlite', 'wrk')}. The machine is "
+        "shared with other work: absolute figures move with it, the interleaved ratios much "
+        "less.",
         "",
         "**Method**: `leasestar serve` (uvicorn, one worker, `LEASESTAR_RATE_LIMIT=off`) "
         f"pinned to core {SERVER_CORE}; wrk (`-t1 -c{CONNECTIONS}`) pinned to core "
@@ -410,13 +281,15 @@ def markdown(
         "| page | position | req/s | p50 ms | p90 ms | p99 ms | body B | p50 x first page |",
         "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
+    errors = 0
     for case in cases:
+        assert case.measured is not None
+        errors += case.measured.errors
         lines.append(
-            f"| {case.label} | {case.position:,} | {case.rps:,.0f} | {case.p50:.2f} | "
-            f"{statistics.median(case.p90s):.2f} | {statistics.median(case.p99s):.2f} | "
+            f"| {case.label} | {case.position:,} | {case.measured.rps:,.0f} | {case.p50:.2f} | "
+            f"{case.latency(90):.2f} | {case.latency(99):.2f} | "
             f"{case.body_bytes:,} | {case.p50 / first.p50:.2f} |"
         )
-    errors = sum(c.errors for c in cases)
     lines += [
         "",
         f"**Target** (issue 7 item 3): p50 at 90% depth within {TARGET}x of the first page: "
@@ -433,52 +306,46 @@ def markdown(
     return "\n".join(lines)
 
 
-def write_results(section: str) -> None:
-    """Replace this benchmark's section of RESULTS.md (append it when missing)."""
-    text = RESULTS_MD.read_text() if RESULTS_MD.exists() else "# Benchmark results\n"
-    if BEGIN in text and END in text:
-        before, _, rest = text.partition(BEGIN)
-        _, _, after = rest.partition(END)
-        text = before + section + after
-    else:
-        text = text.rstrip("\n") + "\n\n" + section + "\n"
-    RESULTS_MD.write_text(text)
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", type=int, default=1_000_000, help="database size")
-    parser.add_argument("--seconds", type=float, default=9, help="measured seconds per case")
+    parser.add_argument("--seconds", type=int, default=9, help="measured seconds per case")
     parser.add_argument("--slices", type=int, default=3, help="interleaved slices per case")
+    parser.add_argument("--warmup", type=int, default=1, help="warm-up seconds per case")
     parser.add_argument("--no-offset", action="store_true", help="skip the offset=90%% case")
     parser.add_argument("--no-results", action="store_true", help="do not write RESULTS.md")
+    parser.add_argument(
+        "--work",
+        type=Path,
+        default=harness.WORK,
+        help="where the database and the server log go (default benchmarks/work)",
+    )
     args = parser.parse_args(argv)
-    if shutil.which("wrk") is None:
-        say("wrk is required: apt-get install -y wrk (Debian/Ubuntu), brew install wrk (macOS)")
-        return 2
+    work = args.work.resolve()
+    harness.raise_priority()
+    harness.ensure_wrk()
     command = ".venv/bin/python benchmarks/cursor_depth.py" + "".join(
         f" {a}" for a in (argv if argv is not None else sys.argv[1:])
     )
-    db = ensure_database(args.rows)
-    cases = build_cases(db, args.rows, with_offset=not args.no_offset)
-    LUA.write_text(WRK_LUA)
-    token = create_token(db)
-    load_before = loadavg()
-    with leasestar_server(db) as port:
-        base = f"http://127.0.0.1:{port}"
-        for case in cases:
-            check_case(base, token, case)
-        measure(base, token, cases, args.seconds, args.slices)
-    load_after = loadavg()
-    section = markdown(
-        cases, args.rows, command, args.seconds, args.slices, (load_before, load_after)
-    )
+    db = harness.ensure_database(args.rows, work)
+    token = harness.create_token(db, "cursor-depth")
+    with harness.leasestar_server("cursor-depth", db, work=work) as served:
+        result = walk(
+            db,
+            args.rows,
+            served.base,
+            token,
+            slices=args.slices,
+            slice_seconds=max(1, round(args.seconds / args.slices)),
+            warmup=args.warmup,
+            with_offset=not args.no_offset,
+        )
+    section = markdown(result, command)
     print(section)
     if not args.no_results:
-        write_results(section)
-        say(f"wrote the cursors section of {RESULTS_MD.relative_to(ROOT)}")
-    ratio = next(c for c in cases if c.key == "cursor_90").p50 / cases[0].p50
-    return 0 if ratio <= TARGET else 1
+        harness.write_section(section)
+        say(f"wrote the cursors section of {harness.shown(harness.RESULTS_MD)}")
+    return 0 if result.passed else 1
 
 
 if __name__ == "__main__":

@@ -39,18 +39,16 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-BENCH = ROOT / "benchmarks"
-RESULTS_MD = BENCH / "RESULTS.md"
+import harness
+from harness import BENCH, LEASESTAR, ROOT
+
+from app.database import open_for_write
+
 BEGIN, END = "<!-- BEGIN ingest -->", "<!-- END ingest -->"
-LEASESTAR = Path(sys.executable).with_name("leasestar")
 LIMIT_SECONDS = 120
 LIMIT_RSS_MB = 500
 # The phase shown on the progress line (cli.Progress.phase): "import: committing...".
 PHASE = re.compile(r"\x1b\[K\w+: (building indexes \d+/\d+|committing)\.\.\.")
-
-sys.path.insert(0, str(ROOT))
-from app.database import open_for_write  # noqa: E402
 
 
 @dataclass
@@ -163,34 +161,6 @@ def fresh(path: Path) -> Path:
     return path
 
 
-def machine() -> str:
-    cpu = "unknown cpu"
-    with open("/proc/cpuinfo") as info:
-        for text in info:
-            if text.startswith("model name"):
-                cpu = text.split(":", 1)[1].strip()
-                break
-    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-    return f"{cpu}, {os.cpu_count()} cores, {memory:.0f} GiB, kernel {platform.release()}"
-
-
-def commit() -> str:
-    head = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
-    ).stdout.strip()
-    dirty = subprocess.run(
-        ["git", "status", "--porcelain", "--", "app", "seed", "schema.sql"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-    ).stdout.strip()
-    return f"`{head}`" + (" + uncommitted app/seed changes" if dirty else "")
-
-
-def load() -> str:
-    return " ".join(f"{value:.2f}" for value in os.getloadavg())
-
-
 def verdict(step: Step, timed: bool) -> str:
     checks = [step.rss_mb < LIMIT_RSS_MB]
     if timed:
@@ -204,9 +174,11 @@ def report(steps: list[Step], count: int, identical: bool, load_before: str, arg
         BEGIN,
         "## Data in and out at scale (issue 3)",
         "",
-        f"Run {datetime.now(UTC):%Y-%m-%d %H:%M} UTC on commit {commit()} with `{argv}`.",
+        f"Run {datetime.now(UTC):%Y-%m-%d %H:%M} UTC on commit `{harness.git_commit()}` "
+        f"with `{argv}`.",
         "",
-        f"**Machine**: {machine()}; load average before {load_before}, after {load()}. "
+        f"**Machine**: {harness.describe_machine()}; load average before {load_before}, "
+        f"after {harness.loadavg()}. "
         "The machine is shared with other work, which shows in the wall times.",
         "",
         f"**Versions**: python {platform.python_version()}, sqlite {sqlite3.sqlite_version}.",
@@ -251,18 +223,6 @@ def report(steps: list[Step], count: int, identical: bool, load_before: str, arg
     return "\n".join(lines) + "\n"
 
 
-def write_section(section: str) -> None:
-    """Replace only the ingest section of RESULTS.md; every other byte is kept."""
-    text = RESULTS_MD.read_text() if RESULTS_MD.exists() else ""
-    if BEGIN in text and END in text:
-        head, rest = text.split(BEGIN, 1)
-        tail = rest.split(END, 1)[1].removeprefix("\n")
-        text = head + section + tail
-    else:
-        text = text + ("\n" if text and not text.endswith("\n\n") else "") + section
-    RESULTS_MD.write_text(text)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0])
     parser.add_argument("--count", type=int, default=1_000_000, help="applicants (1,000,000)")
@@ -275,7 +235,7 @@ def main() -> None:
     work.mkdir(parents=True, exist_ok=True)
     seeded, imported = fresh(work / "seeded.db"), fresh(work / "imported.db")
     dump, again = work / "export.ndjson", work / "export-again.ndjson"
-    load_before = load()
+    load_before = harness.loadavg()
     steps = []
     count = args.count
     step = run_step(
@@ -315,8 +275,8 @@ def main() -> None:
     section = report(steps, count, identical, load_before, argv)
     print(section)
     if not args.no_write:
-        write_section(section)
-        print(f"wrote the ingest section of {RESULTS_MD.relative_to(ROOT)}")
+        harness.write_section(section)
+        print(f"wrote the ingest section of {harness.shown(harness.RESULTS_MD)}")
     if not args.keep:
         shutil.rmtree(work)
 

@@ -6,8 +6,8 @@ in that layer and below. Variants peel one layer at a time, in this process only
 (nothing in `app/` changes):
 
 - as served: `create_app` with the settings `leasestar serve` uses;
+- as served, but every read on aiosqlite's thread (what reading on the loop saves);
 - access log off (`LEASESTAR_LOG_FORMAT=off`);
-- ... and SQLite called inline on the event loop instead of through aiosqlite's thread;
 - ... and without the observability and hygiene ASGI wrappers;
 - ... and without compression (no client here asks for it anyway);
 - the handler's own work alone: `ApplicantReader` and the envelope, without Litestar.
@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import sqlite3
 import sys
 import time
 from collections.abc import Callable, Coroutine
@@ -29,6 +28,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import harness
 import run
 import uvloop
 
@@ -41,29 +41,11 @@ ROUNDS = 9
 SECONDS = 0.4  # per variant and round
 
 
-class InlineConnection:
-    """aiosqlite's `execute_fetchall`, run on the calling thread."""
+class PoolOnlyReads(database.ReadPool):
+    """Every read on aiosqlite's thread, as before reads were tried on the event loop."""
 
-    def __init__(self, path: Path) -> None:
-        self._db = sqlite3.connect(database.read_uri(path), uri=True, check_same_thread=False)
-        self._db.execute("PRAGMA query_only = 1")
-
-    async def execute_fetchall(self, sql: str, parameters: Any = ()) -> list[Any]:
-        return self._db.execute(sql, parameters).fetchall()
-
-    async def execute(self, sql: str, parameters: Any = ()) -> Any:
-        return self._db.execute(sql, parameters)
-
-    async def close(self) -> None:
-        self._db.close()
-
-
-class InlinePool(database.ReadPool):
-    async def open(self) -> None:
-        for _ in range(self._size):
-            connection: Any = InlineConnection(self._path)
-            self._all.append(connection)
-            self._idle.put_nowait(connection)
+    def __init__(self, path: Path, size: int) -> None:
+        super().__init__(path, size, inline_budget=0)
 
 
 def scope_for(path: str, query: str, token: str) -> dict[str, Any]:
@@ -184,8 +166,8 @@ async def main_async() -> None:
 
     async with contextlib.AsyncExitStack() as stack:
 
-        async def started(settings: Settings, inline: bool, peeled: bool = False) -> Any:
-            main_module.ReadPool = InlinePool if inline else ORIGINAL_POOL  # type: ignore[attr-defined]
+        async def started(settings: Settings, pool_only: bool, peeled: bool = False) -> Any:
+            main_module.ReadPool = PoolOnlyReads if pool_only else ORIGINAL_POOL  # type: ignore[attr-defined]
             try:
                 app = create_app(settings)
                 await stack.enter_async_context(app.lifespan())
@@ -199,11 +181,14 @@ async def main_async() -> None:
         # so that its log is the one left on (writing to this process's stderr, a file).
         others = {
             "access log off": await started(quiet, False),
-            "+ SQLite inline (no aiosqlite thread)": await started(quiet, True),
-            "+ no observability/hygiene wrappers": await started(quiet, True, peeled=True),
-            "+ no compression middleware": await started(plain, True, peeled=True),
+            "+ no observability/hygiene wrappers": await started(quiet, False, peeled=True),
+            "+ no compression middleware": await started(plain, False, peeled=True),
         }
-        apps = {"as served": await started(served, False), **others}
+        apps = {
+            "as served, reads on aiosqlite's thread only": await started(served, True),
+            "as served": await started(served, False),
+            **others,
+        }
         state = {"i": 0}
 
         def by_id_scope() -> dict[str, Any]:
@@ -253,11 +238,11 @@ ORIGINAL_POOL = database.ReadPool
 
 
 def main() -> int:
-    run.raise_priority()
+    harness.raise_priority()
     # Like the server's: stderr (the access log) goes to a file.
-    log = (run.WORK / "request-cost.log").open("wb")
+    log = (harness.WORK / "request-cost.log").open("wb")
     os.dup2(log.fileno(), 2)
-    with run.on_server_core():
+    with harness.on_server_core():
         uvloop.run(main_async())
     return 0
 

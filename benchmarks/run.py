@@ -18,8 +18,13 @@ What it does, in order:
    list section of `benchmarks/RESULTS.md`, `benchmarks/list-results.json` and
    `benchmarks/list-bench.png`.
 
-Also: p50 against offset depth, and issue 2's question, one read connection against a
-small pool (`LEASESTAR_READ_CONNECTIONS` = 1, 2, 4).
+Also: p50 against offset depth; issue 7's cursor walks, the page at a cursor 10%, 50% and
+90% deep into the 1,000,000 rows against the first page (`cursor_depth.py`, on the same
+1M server; its own section of RESULTS.md); and issue 2's question, one read connection
+against a small pool (`LEASESTAR_READ_CONNECTIONS` = 1, 2, 4).
+
+What every benchmark here shares (seeding, servers, tokens, wrk, the machine's
+description, writing a section of RESULTS.md) is in `harness.py`.
 
 The machine is shared, so background load comes and goes. Figures that are compared
 with each other are therefore measured *interleaved*: every server stays up side by side
@@ -27,7 +32,10 @@ on the server core (only the one under load uses it), and a case, its HTTP floor
 in-process floor take turns in short slices until each has its measured seconds. A
 burst of background load then hits all of them alike, and their ratio holds.
 
-`--quick` is for development: 100k rows only, 3 measured seconds per case.
+`--quick` is for development: 100k rows only, 3 measured seconds per case, no cursor
+walks. `--smoke DIR` checks the whole run end to end in about two minutes: every step on
+2,000 and 10,000 rows with 1 s slices, every file written below DIR (a copy of
+RESULTS.md included), nothing in `benchmarks/` touched.
 `--profile` runs py-spy on the server during the list-default and get-by-id cases
 instead, and prints where the time goes.
 """
@@ -36,51 +44,48 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import hashlib
 import json
-import os
-import platform
 import random
 import re
 import shutil
-import signal
-import socket
-import sqlite3
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.parse
-import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-BENCH = Path(__file__).resolve().parent
-ROOT = BENCH.parent
-WORK = BENCH / "work"
-BIN = Path(sys.executable).parent
-LEASESTAR = BIN / "leasestar"
-UVICORN = BIN / "uvicorn"
-WRK_SCRIPT = BENCH / "wrk.lua"
-RESULTS_MD = BENCH / "RESULTS.md"
+import cursor_depth
+import harness
+from harness import (
+    BENCH,
+    BIN,
+    CLIENT_CORE,
+    CONNECTIONS,
+    SERVER_CORE,
+    SERVER_ENV,
+    UVICORN,
+    WrkTarget,
+    http_get,
+    on_server_core,
+    pinned,
+    read_only,
+    say,
+)
+
+WORK = harness.WORK
+RESULTS_MD = harness.RESULTS_MD
 RESULTS_JSON = BENCH / "list-results.json"
 CHART = BENCH / "list-bench.png"
 NOTES = BENCH / "list-notes.md"
 BEGIN, END = "<!-- BEGIN list -->", "<!-- END list -->"
 
-CONNECTIONS = 16
-SERVER_CORE, CLIENT_CORE = "0", "1"
 SCOPED_INTEGRATION = "int_yardi_01"
 SMALL, BIG = 100_000, 1_000_000
 POOL_SIZES = (1, 2, 4)
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-# The server runs with its defaults but one: a per-token rate limit would turn a load
-# test into a test of the limiter (it answers 429 after a few hundred requests).
-SERVER_ENV = {"LEASESTAR_RATE_LIMIT": "off"}
-NICE = -10
 
 
 @dataclass(frozen=True)
@@ -92,6 +97,7 @@ class Settings:
     inprocess_seconds: float
     offsets: dict[int, tuple[float, ...]]  # offset depths (fractions of rows) per size
     quick: bool
+    cursors: bool  # cursor walks at 10/50/90% depth of the big database (issue 7)
 
     @property
     def seconds(self) -> int:
@@ -106,6 +112,7 @@ FULL = Settings(
     inprocess_seconds=2.0,
     offsets={SMALL: (0.1, 0.25, 0.5, 0.75), BIG: (0.25, 0.5, 0.75)},
     quick=False,
+    cursors=True,
 )
 QUICK = Settings(
     sizes=(SMALL,),
@@ -115,6 +122,20 @@ QUICK = Settings(
     inprocess_seconds=0.75,
     offsets={SMALL: (0.1, 0.5)},
     quick=True,
+    cursors=False,
+)
+# `--smoke DIR`: every step of a full run, on small databases and 1 s slices, writing
+# only below DIR. It proves the harness end to end in about two minutes; its figures
+# mean nothing.
+SMOKE = Settings(
+    sizes=(2_000, 10_000),
+    slices=1,
+    slice_seconds=1,
+    warmup=1,
+    inprocess_seconds=0.2,
+    offsets={2_000: (0.5,), 10_000: (0.5,)},
+    quick=False,
+    cursors=True,
 )
 
 
@@ -216,110 +237,6 @@ def offset_case(n: int, fraction: float) -> Case:
 # --------------------------------------------------------------------------- setup
 
 
-def say(message: str) -> None:
-    print(f"[bench {time.strftime('%H:%M:%S')}] {message}", flush=True)
-
-
-def ensure_wrk() -> None:
-    if shutil.which("wrk"):
-        return
-    if shutil.which("apt-get") and os.geteuid() == 0:
-        say("wrk is missing: apt-get update && apt-get install -y wrk")
-        subprocess.run(["apt-get", "update", "-qq"], check=False)
-        subprocess.run(["apt-get", "install", "-y", "-qq", "wrk"], check=False)
-        if shutil.which("wrk"):
-            return
-    sys.exit(
-        "bench: wrk is required. On Debian or Ubuntu: sudo apt-get install -y wrk; "
-        "on macOS: brew install wrk; elsewhere build it from its source."
-    )
-
-
-def pinned(core: str) -> list[str]:
-    """The `taskset -c CORE` prefix, where taskset exists and the machine has 2+ cores."""
-    if shutil.which("taskset") and (os.cpu_count() or 1) >= 2:
-        return ["taskset", "-c", core]
-    return []
-
-
-def read_only_uri(path: Path) -> str:
-    return f"file:{path}?mode=ro"
-
-
-def read_only(path: Path) -> sqlite3.Connection:
-    connection = sqlite3.connect(read_only_uri(path), uri=True, check_same_thread=False)
-    connection.execute("PRAGMA query_only = 1")
-    return connection
-
-
-def count_rows(path: Path) -> int:
-    try:
-        with contextlib.closing(read_only(path)) as db:
-            return int(db.execute("SELECT count(*) FROM applicants").fetchone()[0])
-    except sqlite3.Error:
-        return -1
-
-
-def data_fingerprint() -> str:
-    """What a seeded database depends on: the schema, and what the generator makes.
-
-    The generator's output is hashed rather than its source, so that making it faster
-    without changing a record does not cost a reseed of a million rows.
-    """
-    import msgspec
-
-    from seed.generator import synthetic_applicants
-
-    digest = hashlib.sha256((ROOT / "schema.sql").read_bytes())
-    for record in synthetic_applicants(200, 0):
-        digest.update(msgspec.json.encode(record))
-    return digest.hexdigest()[:16]
-
-
-def ensure_database(rows: int) -> Path:
-    """`benchmarks/work/applicants-N.db`, seeded with `leasestar seed` unless already right.
-
-    Reused when it holds N rows and was built from the current schema and generator (a
-    sidecar file records their fingerprint); rebuilt otherwise.
-    """
-    WORK.mkdir(parents=True, exist_ok=True)
-    path = WORK / f"applicants-{rows}.db"
-    stamp = path.with_name(path.name + ".fingerprint")
-    fingerprint = data_fingerprint()
-    if path.exists():
-        found = count_rows(path)
-        built_from = stamp.read_text().strip() if stamp.exists() else ""
-        if found == rows and built_from == fingerprint:
-            say(f"reusing {path.relative_to(ROOT)} ({rows:,} applicants)")
-            return path
-        say(f"{path.name}: {found:,} rows, schema/generator {built_from or '?'}: rebuilding it")
-    partial = path.with_name(path.name + ".partial")
-    stamp.unlink(missing_ok=True)
-    for stale in (path, partial):
-        for suffix in ("", "-wal", "-shm"):
-            Path(f"{stale}{suffix}").unlink(missing_ok=True)
-    say(f"seeding {rows:,} applicants into {path.relative_to(ROOT)} (leasestar seed)")
-    started = time.monotonic()
-    subprocess.run(
-        [str(LEASESTAR), "seed", "--db", str(partial), "--count", str(rows), "--seed", "0"],
-        check=True,
-    )
-    partial.rename(path)
-    stamp.write_text(fingerprint + "\n")
-    say(f"seeded {rows:,} in {time.monotonic() - started:.0f} s")
-    return path
-
-
-def create_token(db: Path, integration: str | None) -> str:
-    scope = "scoped" if integration else "all"
-    name = f"bench-{scope}-{time.strftime('%Y%m%d%H%M%S')}-{os.getpid()}"
-    command = [str(LEASESTAR), "token", "create", "--db", str(db), "--name", name]
-    if integration:
-        command += ["--integration", integration]
-    out = subprocess.run(command, check=True, capture_output=True, text=True).stdout
-    return out.strip().splitlines()[-1]
-
-
 def data_facts(db: Path, rows: int) -> DataFacts:
     """Filter values chosen from the data: a ~10% updated_at window, a median property."""
     with contextlib.closing(read_only(db)) as conn:
@@ -363,14 +280,17 @@ class Dataset:
 
     @classmethod
     def prepare(cls, rows: int) -> Dataset:
-        db = ensure_database(rows)
+        db = harness.ensure_database(rows, WORK)
         facts = data_facts(db, rows)
         say(
             f"{rows:,} rows: updated_at window {iso(facts.window[0])}..{iso(facts.window[1])} "
             f"({facts.window_rows:,} rows), {facts.property_id} ({facts.property_rows} rows), "
             f"{SCOPED_INTEGRATION} ({facts.scoped_rows:,} rows)"
         )
-        tokens = {False: create_token(db, None), True: create_token(db, SCOPED_INTEGRATION)}
+        tokens = {
+            False: harness.create_token(db, "all"),
+            True: harness.create_token(db, "scoped", SCOPED_INTEGRATION),
+        }
         ids_file = WORK / f"ids-{rows}.txt"
         ids_file.write_text("\n".join(facts.ids) + "\n")
         return cls(rows, db, facts, build_cases(facts), tokens, ids_file)
@@ -379,72 +299,14 @@ class Dataset:
 # --------------------------------------------------------------------------- servers
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-def http_get(url: str, token: str | None = None, timeout: float = 60) -> tuple[int, bytes]:
-    request = urllib.request.Request(url)
-    if token:
-        request.add_header("Authorization", f"Bearer {token}")
-    try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
-            return int(response.status), response.read()
-    except urllib.error.HTTPError as error:
-        return int(error.code), error.read()
-
-
-@contextlib.contextmanager
-def server(
-    name: str, command: list[str], health: str, env: dict[str, str] | None = None
-) -> Iterator[tuple[str, int]]:
-    """Start a server pinned to the server core, wait for `health` to answer 200, stop it.
-
-    Yields (base URL, pid); taskset execs the server, so the pid is the server's own.
-    """
-    port = free_port()
-    full = [*pinned(SERVER_CORE), *(part.replace("{port}", str(port)) for part in command)]
-    log_path = WORK / f"server-{name}.log"  # the last run's log, for a failed start
-    log = log_path.open("wb")
-    process = subprocess.Popen(
-        full, cwd=ROOT, env={**os.environ, **(env or {})}, stdout=log, stderr=log
-    )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            if process.poll() is not None:
-                raise RuntimeError(f"{name} server exited ({process.returncode}); see {log_path}")
-            with contextlib.suppress(OSError):
-                if http_get(base + health, timeout=2)[0] == 200:
-                    break
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"{name} server did not answer within 120 s; see {log_path}")
-            time.sleep(0.2)
-        yield base, process.pid
-    finally:
-        process.send_signal(signal.SIGINT)
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        log.close()
-
-
 def leasestar_server(
     name: str, db: Path, read_connections: int | None = None
-) -> contextlib.AbstractContextManager[tuple[str, int]]:
-    env = dict(SERVER_ENV)
-    if read_connections:
-        env["LEASESTAR_READ_CONNECTIONS"] = str(read_connections)
-    command = [str(LEASESTAR), "serve", "--db", str(db), "--host", "127.0.0.1", "--port", "{port}"]
-    return server(name, command, "/health", env)
+) -> contextlib.AbstractContextManager[harness.Server]:
+    env = {"LEASESTAR_READ_CONNECTIONS": str(read_connections)} if read_connections else {}
+    return harness.leasestar_server(name, db, env, work=WORK)
 
 
-def floor_server(bodies: Path) -> contextlib.AbstractContextManager[tuple[str, int]]:
+def floor_server(bodies: Path) -> contextlib.AbstractContextManager[harness.Server]:
     # `leasestar serve` runs uvicorn.run(factory=True, workers=1, log_level="info",
     # access_log=False) with uvicorn's default loop and HTTP parser: the same here.
     command = [
@@ -463,120 +325,12 @@ def floor_server(bodies: Path) -> contextlib.AbstractContextManager[tuple[str, i
         "info",
         "--no-access-log",
     ]
-    return server("floor", command, "/floor/tiny", {"BENCH_FLOOR_DIR": str(bodies)})
+    return harness.server(
+        "floor", command, "/floor/tiny", {"BENCH_FLOOR_DIR": str(bodies)}, work=WORK
+    )
 
 
 # --------------------------------------------------------------------------- measuring
-
-
-@dataclass
-class Measured:
-    """The merged slices of one wrk target."""
-
-    rps: float
-    p50_ms: float
-    p90_ms: float
-    p99_ms: float
-    wire_bytes: float  # bytes read per response, headers included
-    requests: int
-    errors: int
-
-
-def run_wrk(
-    url: str,
-    seconds: int,
-    token: str | None,
-    ids_file: Path | None,
-    headers: tuple[str, ...] = (),
-) -> dict[str, Any]:
-    command = [
-        *pinned(CLIENT_CORE),
-        "wrk",
-        "-t1",
-        f"-c{CONNECTIONS}",
-        f"-d{seconds}s",
-        "--timeout",
-        "30s",
-        "-s",
-        str(WRK_SCRIPT),
-    ]
-    for header in (*headers, *([f"Authorization: Bearer {token}"] if token else [])):
-        command += ["-H", header]
-    command.append(url)
-    if ids_file is not None:
-        # The URL names one id; each request swaps the last path segment for a random one.
-        prefix = urllib.parse.urlsplit(url).path.rsplit("/", 1)[0] + "/"
-        command += ["--", prefix, str(ids_file)]
-    out = subprocess.run(command, check=True, capture_output=True, text=True).stdout
-    match = re.search(r"^WRK_JSON (\{.*\})$", out, re.MULTILINE)
-    if match is None:
-        raise RuntimeError(f"wrk printed no summary:\n{out}")
-    return dict(json.loads(match[1]))
-
-
-@dataclass
-class WrkTarget:
-    """A URL under load; its slices are merged into one `Measured`."""
-
-    name: str
-    url: str
-    token: str | None = None
-    ids_file: Path | None = None
-    headers: tuple[str, ...] = ()
-    slices: list[dict[str, Any]] = field(default_factory=list)
-
-    def run(self, seconds: int, keep: bool = True) -> None:
-        raw = run_wrk(self.url, seconds, self.token, self.ids_file, self.headers)
-        if keep:
-            self.slices.append(raw)
-
-    def measured(self) -> Measured:
-        requests = sum(s["requests"] for s in self.slices)
-        duration = sum(s["duration_us"] for s in self.slices) / 1e6
-        errors = sum(
-            s[k] for s in self.slices for k in ("connect", "read", "write", "status", "timeout")
-        )
-        if errors:
-            say(f"  !! {self.name}: {errors} errors (non-2xx, timeouts or socket errors)")
-        # Each slice's latency distribution, as 200 quantiles weighted by its requests.
-        points = sorted(
-            (value, s["requests"] / len(s["percentiles"]))
-            for s in self.slices
-            for value in s["percentiles"]
-        )
-        total_weight = sum(weight for _, weight in points) or 1.0
-
-        def quantile(q: float) -> float:
-            seen = 0.0
-            for value, weight in points:
-                seen += weight
-                if seen >= q * total_weight:
-                    return float(value) / 1000
-            return float(points[-1][0]) / 1000 if points else 0.0
-
-        return Measured(
-            rps=requests / duration if duration else 0.0,
-            p50_ms=quantile(0.5),
-            p90_ms=quantile(0.9),
-            p99_ms=quantile(0.99),
-            wire_bytes=sum(s["bytes"] for s in self.slices) / max(requests, 1),
-            requests=requests,
-            errors=errors,
-        )
-
-
-@contextlib.contextmanager
-def on_server_core() -> Iterator[None]:
-    """Run this process on the server's core for the in-process floors, then restore."""
-    if not hasattr(os, "sched_setaffinity") or not pinned(SERVER_CORE):
-        yield
-        return
-    before = os.sched_getaffinity(0)
-    os.sched_setaffinity(0, {int(SERVER_CORE)})
-    try:
-        yield
-    finally:
-        os.sched_setaffinity(0, before)
 
 
 def split_meta(body: bytes) -> bytes:
@@ -788,8 +542,8 @@ class CaseResult:
     case: Case
     rows: int
     body_bytes: int = 0
-    served: Measured | None = None
-    http_floor: Measured | None = None
+    served: harness.Measured | None = None
+    http_floor: harness.Measured | None = None
     inprocess_rps: float | None = None
     inprocess_variant: str = ""
     notes: list[str] = field(default_factory=list)
@@ -830,6 +584,7 @@ class Run:
     scale: list[CaseResult] = field(default_factory=list)  # 100k and 1M, interleaved
     pool: list[dict[str, Any]] = field(default_factory=list)
     extras: list[dict[str, Any]] = field(default_factory=list)
+    cursors: cursor_depth.Walk | None = None  # on the big database, in a full run
 
 
 def served_once(base: str, dataset: Dataset, case: Case) -> tuple[bytes, list[str]]:
@@ -891,15 +646,17 @@ def run_benchmark(settings: Settings) -> Run:
     big = Dataset.prepare(BIG) if BIG in settings.sizes else None
     floor_dir = WORK / "floor-bodies"
     with contextlib.ExitStack() as stack:
-        base, _ = stack.enter_context(leasestar_server("leasestar-100k", small.db))
+        base = stack.enter_context(leasestar_server("leasestar-100k", small.db)).base
         # The HTTP floor answers each case's exact body, so fetch them first.
         shutil.rmtree(floor_dir, ignore_errors=True)
         floor_dir.mkdir(parents=True)
         for case in small.cases.values():
             body, _ = served_once(base, small, case)
             (floor_dir / f"{case.key}.json").write_bytes(body)
-        floor_base, _ = stack.enter_context(floor_server(floor_dir))
-        big_base = stack.enter_context(leasestar_server("leasestar-1m", big.db))[0] if big else None
+        floor_base = stack.enter_context(floor_server(floor_dir)).base
+        big_base = (
+            stack.enter_context(leasestar_server("leasestar-1m", big.db)).base if big else None
+        )
 
         say(f"{SMALL:,} rows: every case against its floors")
         run.cases[SMALL] = measure_cases(
@@ -969,10 +726,27 @@ def run_benchmark(settings: Settings) -> Run:
                 [known["list_default"], known["offset_90"], *measured], key=lambda r: r.case.offset
             )
 
+        if settings.cursors and big and big_base:
+            say(f"{BIG:,} rows: cursor walks at 10%, 50% and 90% depth (issue 7)")
+            started = time.monotonic()
+            run.cursors = cursor_depth.walk(
+                big.db,
+                BIG,
+                big_base,
+                big.tokens[False],
+                slices=settings.slices,
+                slice_seconds=settings.slice_seconds,
+                warmup=settings.warmup,
+            )
+            say(
+                f"cursor walks took {time.monotonic() - started:.0f} s: p50 at 90% depth "
+                f"{run.cursors.ratio:.2f}x the first page's (needs <= {cursor_depth.TARGET}x)"
+            )
+
     say(f"{SMALL:,} rows: one read connection or a pool (LEASESTAR_READ_CONNECTIONS)")
     with contextlib.ExitStack() as stack:
         bases = {
-            size: stack.enter_context(leasestar_server(f"pool-{size}", small.db, size))[0]
+            size: stack.enter_context(leasestar_server(f"pool-{size}", small.db, size)).base
             for size in POOL_SIZES
         }
         for key in ("list_default", "get_by_id"):
@@ -1050,56 +824,6 @@ def evaluate(run: Run) -> list[Target]:
 
 
 # --------------------------------------------------------------------------- report
-
-
-def versions() -> dict[str, str]:
-    from importlib.metadata import PackageNotFoundError, version
-
-    found = {"python": platform.python_version(), "sqlite": sqlite3.sqlite_version}
-    for package in ("litestar", "msgspec", "uvicorn", "uvloop", "httptools", "aiosqlite"):
-        try:
-            found[package] = version(package)
-        except PackageNotFoundError:
-            found[package] = "-"
-    out = subprocess.run(["wrk", "--version"], capture_output=True, text=True).stdout.split()
-    found["wrk"] = out[1] if len(out) > 1 else "?"
-    return found
-
-
-def machine() -> dict[str, str]:
-    model = "?"
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    memory = "?"
-    with contextlib.suppress(OSError, IndexError, ValueError):
-        kb = int(Path("/proc/meminfo").read_text().split()[1])
-        memory = f"{kb / 2**20:.0f} GiB"
-    return {
-        "cpu": model,
-        "cores": str(os.cpu_count()),
-        "memory": memory,
-        "kernel": platform.release(),
-    }
-
-
-def loadavg() -> str:
-    return " ".join(f"{x:.2f}" for x in os.getloadavg())
-
-
-def git_commit() -> str:
-    out = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
-    )
-    dirty = subprocess.run(
-        ["git", "status", "--porcelain", "--", "app", "schema.sql", "pyproject.toml"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-    ).stdout.strip()
-    return out.stdout.strip() + (" + uncommitted app/ changes" if dirty else "")
 
 
 def fmt(value: float | None, digits: int = 0) -> str:
@@ -1242,18 +966,6 @@ def markdown(report: dict[str, Any], run: Run, targets: list[Target]) -> str:
     return "\n".join(lines)
 
 
-def write_results_md(section: str) -> None:
-    """Replace only the list section of RESULTS.md; every other byte is kept."""
-    text = RESULTS_MD.read_text() if RESULTS_MD.exists() else "# Benchmark results\n"
-    if BEGIN in text and END in text:
-        start = text.index(BEGIN)
-        stop = text.index(END) + len(END)
-        text = text[:start] + section + text[stop:]
-    else:
-        text = text.rstrip("\n") + "\n\n" + section + "\n"
-    RESULTS_MD.write_text(text)
-
-
 def chart(run: Run, title: str) -> None:
     import matplotlib
 
@@ -1350,6 +1062,7 @@ def serialise(report: dict[str, Any], run: Run, targets: list[Target]) -> dict[s
         "pool": run.pool,
         "extras": run.extras,
         "targets": [{**asdict(t), "passed": t.passed} for t in targets],
+        "cursors": run.cursors.summary() if run.cursors else None,
     }
 
 
@@ -1358,6 +1071,9 @@ def print_table(run: Run, targets: list[Target]) -> None:
     for results in (run.cases[SMALL], run.scale):
         for r in results:
             print(r.line())
+    if run.cursors:
+        print()
+        print("\n".join(run.cursors.lines()))
     print()
     for t in targets:
         print(f"  {t.verdict():<26} {t.name}: {t.measured:.2f}x (needs >= {t.need:.2f}x)")
@@ -1376,7 +1092,8 @@ def profile(settings: Settings) -> None:
         )
     dataset = Dataset.prepare(SMALL)
     seconds = settings.seconds
-    with leasestar_server("profile", dataset.db) as (base, pid):
+    with leasestar_server("profile", dataset.db) as served:
+        base, pid = served.base, served.pid
         for key in ("list_default", "get_by_id"):
             target = target_for(base, dataset, dataset.cases[key], key)
             target.run(settings.warmup, keep=False)
@@ -1476,36 +1193,54 @@ def summarise_profile(path: Path, top: int = 25) -> None:
 # --------------------------------------------------------------------------- main
 
 
-def raise_priority() -> int:
-    """Run (and start every server and wrk) at nice -10 where allowed: on a machine shared
-    with other work, that keeps the measured processes from losing their cores to it."""
-    with contextlib.suppress(OSError, AttributeError):
-        os.setpriority(os.PRIO_PROCESS, 0, NICE)
-    return os.getpriority(os.PRIO_PROCESS, 0)
+def redirect_to(directory: Path) -> None:
+    """`--smoke DIR`: the sizes of `SMOKE`, and every file the run writes below DIR (the
+    databases and logs in DIR/work, a copy of RESULTS.md updated in place, the JSON and
+    the chart); `benchmarks/` is only read."""
+    global WORK, RESULTS_MD, RESULTS_JSON, CHART, SMALL, BIG
+    directory.mkdir(parents=True, exist_ok=True)
+    WORK = directory / "work"
+    RESULTS_MD = directory / RESULTS_MD.name
+    if not RESULTS_MD.exists():
+        shutil.copyfile(harness.RESULTS_MD, RESULTS_MD)
+    RESULTS_JSON = directory / RESULTS_JSON.name
+    CHART = directory / CHART.name
+    SMALL, BIG = SMOKE.sizes
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="leasestar's list path against its floors")
     parser.add_argument("--quick", action="store_true", help="100k rows only, 3 s per case")
     parser.add_argument("--profile", action="store_true", help="py-spy the server instead")
+    parser.add_argument(
+        "--smoke",
+        type=Path,
+        metavar="DIR",
+        help="every step on 2k and 10k rows, 1 s slices, writing only below DIR",
+    )
     args = parser.parse_args(argv)
     settings = QUICK if args.quick else FULL
-    priority = raise_priority()
-    ensure_wrk()
+    command = "make bench" + (" BENCH_ARGS=--quick" if args.quick else "")
+    if args.smoke:
+        redirect_to(args.smoke.resolve())
+        settings = SMOKE
+        command = f"python benchmarks/run.py --smoke {args.smoke}"
+    priority = harness.raise_priority()
+    harness.ensure_wrk()
     WORK.mkdir(parents=True, exist_ok=True)
     if args.profile:
         profile(settings)
         return 0
     started = time.monotonic()
     for rows in settings.sizes:
-        ensure_database(rows)  # all seeding first: it must not overlap a measurement
+        harness.ensure_database(rows, WORK)  # all seeding first: it must not overlap a measurement
     report: dict[str, Any] = {
         "when": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "commit": git_commit(),
-        "command": "make bench" + (" BENCH_ARGS=--quick" if args.quick else ""),
-        "machine": machine(),
-        "versions": versions(),
-        "load_before": loadavg(),
+        "commit": harness.git_commit(),
+        "command": command,
+        "machine": harness.machine(),
+        "versions": harness.versions(),
+        "load_before": harness.loadavg(),
         "settings": {
             "seconds": settings.seconds,
             "slices": settings.slices,
@@ -1517,19 +1252,22 @@ def main(argv: list[str] | None = None) -> int:
     }
     measuring = time.monotonic()
     run = run_benchmark(settings)
-    report["load_after"] = loadavg()
+    report["load_after"] = harness.loadavg()
     report["elapsed"] = (
         f"measuring took {(time.monotonic() - measuring) / 60:.1f} min, "
         f"the whole run {(time.monotonic() - started) / 60:.1f} min"
     )
     targets = evaluate(run)
     print_table(run, targets)
-    write_results_md(markdown(report, run, targets))
+    harness.write_section(markdown(report, run, targets), RESULTS_MD)
+    if run.cursors:
+        harness.write_section(cursor_depth.markdown(run.cursors, command), RESULTS_MD)
     RESULTS_JSON.write_text(json.dumps(serialise(report, run, targets), indent=1) + "\n")
     chart(run, f"leasestar {report['commit']}, {report['when']}: {report['command']}")
+    sections = "list and cursors sections" if run.cursors else "list section"
     say(
-        f"wrote {RESULTS_MD.relative_to(ROOT)}, {RESULTS_JSON.relative_to(ROOT)}, "
-        f"{CHART.relative_to(ROOT)}; {report['elapsed']}"
+        f"wrote the {sections} of {harness.shown(RESULTS_MD)}, {harness.shown(RESULTS_JSON)} "
+        f"and {harness.shown(CHART)}; {report['elapsed']}"
     )
     return 0
 

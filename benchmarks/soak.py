@@ -3,12 +3,16 @@
     make soak                                    # 100k rows, 60 s, 64 connections
     python benchmarks/soak.py --rows 20000 --duration 15   # a quick development run
 
-What it does, all under benchmarks/work/soak/ (git-ignored, reused between runs):
+What it does, under benchmarks/work/ (git-ignored, reused between runs; `--work DIR` for
+another place):
 
-1. Seeds a database of `--rows` applicants with `leasestar seed` (once; later runs copy
-   it), and writes two NDJSON files of `--import-rows` new applicants for the import: A,
-   and B = A with one field changed, so that every import in the loop writes every row.
-2. Starts `leasestar serve --rate-limit off --log-format off` (one worker) on a free port.
+1. Takes the database of `--rows` applicants that `make bench` seeds,
+   `applicants-N.db` (`harness.ensure_database`: seeded with `leasestar seed` if
+   missing), copies it to `soak/soak.db`, and writes two NDJSON files of
+   `--import-rows` new applicants for the import to `soak/`: A, and B = A with one
+   field changed, so that every import in the loop writes every row.
+2. Starts `leasestar serve --rate-limit off --log-format off` (one worker) on a free port
+   (`harness.leasestar_server`, not pinned: wrk and the imports share both cores with it).
 3. Warms it up with 10 s of wrk, then reads the server's RSS ("start").
 4. Runs `leasestar import` of A, B, A, ... back to back, and meanwhile `--duration`
    seconds of wrk at `--connections` connections, requests mixed half and half between
@@ -16,7 +20,7 @@ What it does, all under benchmarks/work/soak/ (git-ignored, reused between runs)
    orderings, filters), all with a bearer token.
 5. Reads the RSS again when wrk ends ("end"), lets the running import finish, stops the
    server with SIGTERM, and writes its section of benchmarks/RESULTS.md (between
-   `<!-- BEGIN soak -->` and `<!-- END soak -->`, nothing else) plus soak-results.json.
+   `<!-- BEGIN soak -->` and `<!-- END soak -->`, nothing else) plus soak/soak-results.json.
 
 Goals: no non-2xx answer and no socket error; end RSS within 10 % of start RSS.
 Exits non-zero when a goal is missed or an import fails.
@@ -25,29 +29,25 @@ Exits non-zero when a goal is missed or an import fails.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
-import os
-import platform
 import random
-import re
-import shutil
 import signal
-import socket
 import sqlite3
 import subprocess
 import sys
 import threading
 import time
-import urllib.request
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import harness
 import msgspec
+from harness import LEASESTAR, say
 
-ROOT = Path(__file__).resolve().parent.parent
-WORK = ROOT / "benchmarks" / "work" / "soak"
-RESULTS = ROOT / "benchmarks" / "RESULTS.md"
+from app.config import Settings
+
 BEGIN, END = "<!-- BEGIN soak -->", "<!-- END soak -->"
 WARMUP_SECONDS = 10
 RSS_GOAL = 0.10
@@ -80,35 +80,6 @@ end
 """
 
 
-def leasestar() -> list[str]:
-    script = Path(sys.executable).with_name("leasestar")
-    return [str(script)] if script.exists() else [sys.executable, "-m", "app.cli"]
-
-
-def log(message: str) -> None:
-    print(f"[soak {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
-
-
-def ensure_wrk() -> str:
-    found = shutil.which("wrk")
-    if found:
-        return found
-    if shutil.which("apt-get") and os.geteuid() == 0:
-        log("wrk is missing: installing the Debian package")
-        subprocess.run(["apt-get", "install", "-y", "-q", "wrk"], check=False)
-        found = shutil.which("wrk")
-    if not found:
-        sys.exit("soak: wrk is required (Debian/Ubuntu: apt-get install wrk)")
-    return found
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
 def rss_kib(pid: int) -> int:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -117,49 +88,25 @@ def rss_kib(pid: int) -> int:
 
 
 def copy_database(source: Path, target: Path) -> None:
+    """A copy of `source` (which other benchmarks read, so it is only read) at `target`."""
     for suffix in ("", "-wal", "-shm"):
         Path(f"{target}{suffix}").unlink(missing_ok=True)
-    src, dst = sqlite3.connect(source), sqlite3.connect(target)
-    try:
+    with (
+        contextlib.closing(harness.read_only(source)) as src,
+        contextlib.closing(sqlite3.connect(target)) as dst,
+    ):
         src.backup(dst)
-    finally:
-        dst.close()
-        src.close()
 
 
-def seeded_template(rows: int) -> Path:
-    """A database of `rows` seeded applicants, made once and reused."""
-    template = WORK / f"seed-{rows}.db"
-    if template.exists():
-        return template
-    partial = WORK / f"seed-{rows}.db.partial"
-    for suffix in ("", "-wal", "-shm"):
-        Path(f"{partial}{suffix}").unlink(missing_ok=True)
-    log(f"seeding {rows:,} applicants into {template.name} (once; reused by later runs)")
-    subprocess.run(
-        [*leasestar(), "seed", "--db", str(partial), "--count", str(rows), "--seed", "0"],
-        check=True,
-        stdout=subprocess.DEVNULL,
-    )
-    connection = sqlite3.connect(partial)
-    try:
-        connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    finally:
-        connection.close()
-    partial.replace(template)
-    return template
-
-
-def import_files(count: int) -> tuple[Path, Path]:
+def import_files(count: int, work: Path) -> tuple[Path, Path]:
     """A: `count` new applicants (seed 501, so no key or id is in the seeded data); B: the
     same records with `notes` changed, so importing A, B, A, ... rewrites every row."""
-    first, second = WORK / f"import-{count}-a.ndjson", WORK / f"import-{count}-b.ndjson"
+    first, second = work / f"import-{count}-a.ndjson", work / f"import-{count}-b.ndjson"
     if first.exists() and second.exists():
         return first, second
-    sys.path.insert(0, str(ROOT))
     from seed.generator import synthetic_applicants
 
-    log(f"writing two import files of {count:,} applicants")
+    say(f"writing two import files of {count:,} applicants")
     encoder = msgspec.json.Encoder()
     with first.open("wb") as out_a, second.open("wb") as out_b:
         for record in synthetic_applicants(count, seed=501):
@@ -169,7 +116,7 @@ def import_files(count: int) -> tuple[Path, Path]:
     return first, second
 
 
-def request_mix(db: Path) -> tuple[Path, Path]:
+def request_mix(db: Path, work: Path) -> tuple[Path, Path]:
     """Files the Lua script reads: random applicant ids, and list paths."""
     connection = sqlite3.connect(db)
     try:
@@ -186,7 +133,7 @@ def request_mix(db: Path) -> tuple[Path, Path]:
     finally:
         connection.close()
     rng = random.Random(5)
-    ids_file, lists_file = WORK / "ids.txt", WORK / "lists.txt"
+    ids_file, lists_file = work / "ids.txt", work / "lists.txt"
     ids_file.write_text("\n".join(rng.sample(ids, min(len(ids), 20_000))) + "\n")
     base = "/v1/applicants"
     lists = [
@@ -230,7 +177,7 @@ class ImportLoop:
             path = self.files[turn % 2]
             started = time.monotonic() - self.origin
             result = subprocess.run(
-                [*leasestar(), "import", "--db", str(self.db), str(path)],
+                [str(LEASESTAR), "import", "--db", str(self.db), str(path)],
                 capture_output=True,
                 text=True,
                 check=False,
@@ -245,76 +192,25 @@ class ImportLoop:
                     (result.stdout + result.stderr).strip()[-300:],
                 )
             )
-            log(f"import {path.name}: exit {result.returncode}, {ended - started:.1f} s")
+            say(f"import {path.name}: exit {result.returncode}, {ended - started:.1f} s")
             turn += 1
 
 
-def wait_healthy(base_url: str, process: subprocess.Popen[bytes]) -> None:
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            sys.exit(f"soak: the server exited with {process.returncode}")
-        try:
-            with urllib.request.urlopen(f"{base_url}/health", timeout=2) as answer:
-                if answer.status == 200:
-                    return
-        except OSError:
-            pass
-        time.sleep(0.2)
-    sys.exit("soak: the server did not answer /health")
-
-
 def run_wrk(
-    wrk: str, base_url: str, seconds: int, connections: int, args: list[str]
+    script: Path, base_url: str, seconds: int, connections: int, args: list[str]
 ) -> dict[str, Any]:
-    script = WORK / "soak.lua"
-    script.write_text(LUA)
-    command = [
-        wrk,
-        f"-t{min(2, connections)}",
-        f"-c{connections}",
-        f"-d{seconds}s",
-        "--timeout",
-        "10s",
-        "-s",
-        str(script),
+    """wrk on both cores (like the server and the imports), `script` choosing requests."""
+    return harness.run_wrk(
         base_url,
-        "--",
-        *args,
-    ]
-    output = subprocess.run(command, capture_output=True, text=True, check=True).stdout
-    match = re.search(r"^SOAK_JSON (.*)$", output, re.MULTILINE)
-    if match is None:
-        sys.exit(f"soak: no summary from wrk:\n{output}")
-    result: dict[str, Any] = json.loads(match[1])
-    return result
-
-
-def machine() -> str:
-    model = ""
-    cpuinfo = Path("/proc/cpuinfo")
-    if cpuinfo.exists():
-        for line in cpuinfo.read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    return (
-        f"{os.cpu_count()} CPU ({model or platform.machine()}), Python {platform.python_version()}"
+        seconds,
+        script=script,
+        script_args=args,
+        connections=connections,
+        threads=min(2, connections),
+        core=None,
+        timeout="10s",
+        marker="SOAK_JSON",
     )
-
-
-def write_section(text: str) -> None:
-    """Replace the soak section of RESULTS.md (or append it); never touch the rest."""
-    section = f"{BEGIN}\n{text.rstrip()}\n{END}"
-    current = RESULTS.read_text(encoding="utf-8") if RESULTS.exists() else ""
-    if BEGIN in current and END in current:
-        head, _, rest = current.partition(BEGIN)
-        _, _, tail = rest.partition(END)
-        updated = head + section + tail
-    else:
-        updated = current + ("\n" if current and not current.endswith("\n") else "")
-        updated += ("\n" if current else "") + section + "\n"
-    RESULTS.write_text(updated, encoding="utf-8")
 
 
 def report(figures: dict[str, Any], command: str) -> str:
@@ -401,92 +297,83 @@ def main() -> int:
     )
     parser.add_argument("--duration", type=int, default=60, help="seconds of wrk")
     parser.add_argument("--connections", type=int, default=64)
-    parser.add_argument("--read-connections", type=int, default=2)
+    parser.add_argument(
+        "--read-connections", type=int, default=Settings().read_connections, help="the default"
+    )
     parser.add_argument(
         "--no-results", action="store_true", help="do not write benchmarks/RESULTS.md"
+    )
+    parser.add_argument(
+        "--work",
+        type=Path,
+        default=harness.WORK,
+        help="where the seeded database is (or goes) and soak/ with the rest (benchmarks/work)",
     )
     args = parser.parse_args()
     command = (
         "make soak" if len(sys.argv) == 1 else "python benchmarks/soak.py " + " ".join(sys.argv[1:])
     )
 
-    wrk = ensure_wrk()
-    WORK.mkdir(parents=True, exist_ok=True)
-    template = seeded_template(args.rows)
-    files = import_files(args.import_rows)
-    db = WORK / "soak.db"
+    harness.ensure_wrk()
+    work = args.work.resolve() / "soak"
+    work.mkdir(parents=True, exist_ok=True)
+    template = harness.ensure_database(args.rows, args.work.resolve())
+    files = import_files(args.import_rows, work)
+    db = work / "soak.db"
     copy_database(template, db)
-    token = (
-        subprocess.run(
-            [*leasestar(), "token", "create", "--db", str(db), "--name", "soak"],
-            capture_output=True,
-            text=True,
-            check=True,
-        )
-        .stdout.strip()
-        .splitlines()[-1]
-    )
-    ids_file, lists_file = request_mix(db)
+    token = harness.create_token(db, "soak")
+    ids_file, lists_file = request_mix(db, work)
+    script = work / "soak.lua"
+    script.write_text(LUA)
+    wrk_args = [str(ids_file), str(lists_file), token]
 
-    port = free_port()
-    base_url = f"http://127.0.0.1:{port}"
-    server_log = (WORK / "server.log").open("wb")
-    server = subprocess.Popen(
-        [
-            *leasestar(),
-            *("serve", "--db", str(db), "--port", str(port), "--rate-limit", "off"),
-            *("--log-format", "off", "--read-connections", str(args.read_connections)),
-        ],
-        stdout=server_log,
-        stderr=subprocess.STDOUT,
-        env={k: v for k, v in os.environ.items() if not k.startswith("LEASESTAR_")},
-    )
     loop = ImportLoop(db, files)
     importer = threading.Thread(target=loop.run, daemon=True)
     samples: list[int] = []
     sampling = threading.Event()
-    try:
-        wait_healthy(base_url, server)
-        idle = rss_kib(server.pid)
-        load_before = " ".join(f"{value:.1f}" for value in os.getloadavg())
-        log(f"server up on {base_url}, RSS {idle / 1024:.1f} MiB; warming up {WARMUP_SECONDS} s")
-        run_wrk(
-            wrk, base_url, WARMUP_SECONDS, args.connections, [str(ids_file), str(lists_file), token]
-        )
-        start = rss_kib(server.pid)
-
-        def sample() -> None:
-            while not sampling.wait(1.0):
-                samples.append(rss_kib(server.pid))
-
-        sampler = threading.Thread(target=sample, daemon=True)
-        sampler.start()
-        loop.origin = time.monotonic()
-        importer.start()
-        log(f"RSS {start / 1024:.1f} MiB; {args.duration} s of wrk while imports run")
-        measured = run_wrk(
-            wrk, base_url, args.duration, args.connections, [str(ids_file), str(lists_file), token]
-        )
-        end = rss_kib(server.pid)
-        sampling.set()
-        sampler.join()
-        loop.stop.set()
-        log("wrk done; letting the running import finish")
-        importer.join(timeout=600)
-    finally:
-        loop.stop.set()
-        if server.poll() is None:
-            server.send_signal(signal.SIGTERM)
+    with harness.leasestar_server(
+        "soak",
+        db,
+        args=(
+            *("--rate-limit", "off", "--log-format", "off"),
+            *("--read-connections", str(args.read_connections)),
+        ),
+        core=None,
+        work=work,
+        stop=signal.SIGTERM,
+    ) as server:
         try:
-            server_exit = server.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server_exit = server.wait()
-        server_log.close()
+            idle = rss_kib(server.pid)
+            load_before = harness.loadavg()
+            say(
+                f"server up on {server.base}, RSS {idle / 1024:.1f} MiB; "
+                f"warming up {WARMUP_SECONDS} s"
+            )
+            run_wrk(script, server.base, WARMUP_SECONDS, args.connections, wrk_args)
+            start = rss_kib(server.pid)
+
+            def sample() -> None:
+                while not sampling.wait(1.0):
+                    samples.append(rss_kib(server.pid))
+
+            sampler = threading.Thread(target=sample, daemon=True)
+            sampler.start()
+            loop.origin = time.monotonic()
+            importer.start()
+            say(f"RSS {start / 1024:.1f} MiB; {args.duration} s of wrk while imports run")
+            measured = run_wrk(script, server.base, args.duration, args.connections, wrk_args)
+            end = rss_kib(server.pid)
+            sampling.set()
+            sampler.join()
+            loop.stop.set()
+            say("wrk done; letting the running import finish")
+            importer.join(timeout=600)
+        finally:
+            loop.stop.set()
 
     figures = {
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        "machine": machine(),
+        "machine": harness.describe_machine("python"),
         "load_before": load_before,
         "rows": args.rows,
         "import_rows": args.import_rows,
@@ -502,14 +389,14 @@ def main() -> int:
             "every_second": samples,
         },
         "imports": [asdict(run) for run in loop.runs],
-        "server_exit": server_exit,
+        "server_exit": server.returncode,
     }
-    (WORK / "soak-results.json").write_text(json.dumps(figures, indent=2) + "\n")
+    (work / "soak-results.json").write_text(json.dumps(figures, indent=2) + "\n")
     text = report(figures, command)
     print(text)
     if not args.no_results:
-        write_section(text)
-        log(f"wrote the soak section of {RESULTS.relative_to(ROOT)}")
+        harness.write_section(f"{BEGIN}\n{text.rstrip()}\n{END}")
+        say(f"wrote the soak section of {harness.shown(harness.RESULTS_MD)}")
     socket_errors = sum(measured[k] for k in ("connect", "read", "write", "timeout"))
     drift = abs(end - start) / start
     failed_imports = [run for run in loop.runs if run.returncode != 0]

@@ -1,0 +1,521 @@
+"""What the benchmarks here share: databases, servers, wrk, and the report's common lines.
+
+- `ensure_database`: `benchmarks/work/applicants-N.db`, seeded once with `leasestar seed
+  --count N --seed 0` and reused while it was built from the current schema and generator
+  (every benchmark that takes N rows takes the same file).
+- `create_token`: a bearer token in a database, by `leasestar token create`.
+- `leasestar_server` / `server`: a server started pinned to a core (taskset) on a free
+  port, waited for until its health route answers 200, stopped with a signal.
+- `ensure_wrk`, `run_wrk`, `WrkTarget`: wrk, installed if missing, pinned to the client
+  core, its summary line parsed; a target's slices merged into one `Measured`.
+- `machine`, `versions`, `describe_machine`, `loadavg`, `git_commit`: what a report says
+  about the run; `write_section`: one section of `benchmarks/RESULTS.md` replaced, every
+  other byte kept.
+
+Every path that a run writes to takes a `work` directory (default `benchmarks/work/`),
+so that a development run can go to a temporary directory instead.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import platform
+import re
+import shutil
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from app.database import READ_PRAGMAS
+
+BENCH = Path(__file__).resolve().parent
+ROOT = BENCH.parent
+WORK = BENCH / "work"
+BIN = Path(sys.executable).parent
+LEASESTAR = BIN / "leasestar"
+UVICORN = BIN / "uvicorn"
+WRK_SCRIPT = BENCH / "wrk.lua"
+RESULTS_MD = BENCH / "RESULTS.md"
+
+CONNECTIONS = 16
+SERVER_CORE, CLIENT_CORE = "0", "1"
+# Servers run with their defaults but one: a per-token rate limit would turn a load test
+# into a test of the limiter (it answers 429 after a few hundred requests). LEASESTAR_*
+# variables of the calling shell are not passed on, so a run measures the defaults.
+SERVER_ENV = {"LEASESTAR_RATE_LIMIT": "off"}
+NICE = -10
+
+_NAMES = {"run": "bench", "cursor_depth": "cursor-depth"}
+
+
+def say(message: str) -> None:
+    """A progress line on stderr, named after the script that runs."""
+    stem = Path(sys.argv[0]).stem
+    name = _NAMES.get(stem, stem)
+    print(f"[{name} {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def raise_priority() -> int:
+    """Run (and start every server and wrk) at nice -10 where allowed: on a machine shared
+    with other work, that keeps the measured processes from losing their cores to it."""
+    with contextlib.suppress(OSError, AttributeError):
+        os.setpriority(os.PRIO_PROCESS, 0, NICE)
+    return os.getpriority(os.PRIO_PROCESS, 0)
+
+
+# --------------------------------------------------------------------------- cores, wrk
+
+
+def pinned(core: str | None) -> list[str]:
+    """The `taskset -c CORE` prefix, where taskset exists and the machine has 2+ cores."""
+    if core is not None and shutil.which("taskset") and (os.cpu_count() or 1) >= 2:
+        return ["taskset", "-c", core]
+    return []
+
+
+@contextlib.contextmanager
+def on_server_core() -> Iterator[None]:
+    """Run this process on the server's core (for in-process timings), then restore."""
+    if not hasattr(os, "sched_setaffinity") or not pinned(SERVER_CORE):
+        yield
+        return
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {int(SERVER_CORE)})
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, before)
+
+
+def ensure_wrk() -> str:
+    """wrk's path; installed from Debian's package when missing and allowed, else exit."""
+    found = shutil.which("wrk")
+    if found:
+        return found
+    if shutil.which("apt-get") and os.geteuid() == 0:
+        say("wrk is missing: apt-get update && apt-get install -y wrk")
+        subprocess.run(["apt-get", "update", "-qq"], check=False)
+        subprocess.run(["apt-get", "install", "-y", "-qq", "wrk"], check=False)
+        found = shutil.which("wrk")
+        if found:
+            return found
+    sys.exit(
+        "wrk is required. On Debian or Ubuntu: sudo apt-get install -y wrk; "
+        "on macOS: brew install wrk; elsewhere build it from its source."
+    )
+
+
+@dataclass
+class Measured:
+    """The merged slices of one wrk target."""
+
+    rps: float
+    p50_ms: float
+    p90_ms: float
+    p99_ms: float
+    wire_bytes: float  # bytes read per response, headers included
+    requests: int
+    errors: int
+
+
+def run_wrk(
+    url: str,
+    seconds: int,
+    *,
+    token: str | None = None,
+    headers: Sequence[str] = (),
+    script: Path = WRK_SCRIPT,
+    script_args: Sequence[str] = (),
+    connections: int = CONNECTIONS,
+    threads: int = 1,
+    core: str | None = CLIENT_CORE,
+    timeout: str = "30s",
+    marker: str = "WRK_JSON",
+) -> dict[str, Any]:
+    """One wrk run, pinned to `core`; the JSON its script prints after `marker`."""
+    command = [
+        *pinned(core),
+        "wrk",
+        f"-t{threads}",
+        f"-c{connections}",
+        f"-d{seconds}s",
+        "--timeout",
+        timeout,
+        "-s",
+        str(script),
+    ]
+    for header in (*headers, *([f"Authorization: Bearer {token}"] if token else [])):
+        command += ["-H", header]
+    command.append(url)
+    if script_args:
+        command += ["--", *script_args]
+    out = subprocess.run(command, check=True, capture_output=True, text=True).stdout
+    match = re.search(rf"^{marker} (\{{.*\}})$", out, re.MULTILINE)
+    if match is None:
+        raise RuntimeError(f"wrk printed no summary:\n{out}")
+    return dict(json.loads(match[1]))
+
+
+@dataclass
+class WrkTarget:
+    """A URL under load with `benchmarks/wrk.lua`; its slices are merged into one `Measured`."""
+
+    name: str
+    url: str
+    token: str | None = None
+    ids_file: Path | None = None  # each request swaps the URL's last segment for one of these
+    headers: tuple[str, ...] = ()
+    slices: list[dict[str, Any]] = field(default_factory=list)
+
+    def run(self, seconds: int, keep: bool = True) -> None:
+        script_args: tuple[str, ...] = ()
+        if self.ids_file is not None:
+            prefix = urllib.parse.urlsplit(self.url).path.rsplit("/", 1)[0] + "/"
+            script_args = (prefix, str(self.ids_file))
+        raw = run_wrk(
+            self.url, seconds, token=self.token, headers=self.headers, script_args=script_args
+        )
+        if keep:
+            self.slices.append(raw)
+
+    def per_slice(self, percentile: float) -> list[float]:
+        """Each slice's latency at `percentile` (a multiple of 0.5), in ms."""
+        index = round(percentile * 2) - 1  # wrk.lua prints the percentiles 0.5, 1, ... 100
+        return [s["percentiles"][index] / 1000 for s in self.slices]
+
+    def measured(self) -> Measured:
+        requests = sum(s["requests"] for s in self.slices)
+        duration = sum(s["duration_us"] for s in self.slices) / 1e6
+        errors = sum(
+            s[k] for s in self.slices for k in ("connect", "read", "write", "status", "timeout")
+        )
+        if errors:
+            say(f"  !! {self.name}: {errors} errors (non-2xx, timeouts or socket errors)")
+        # Each slice's latency distribution, as 200 quantiles weighted by its requests.
+        points = sorted(
+            (value, s["requests"] / len(s["percentiles"]))
+            for s in self.slices
+            for value in s["percentiles"]
+        )
+        total_weight = sum(weight for _, weight in points) or 1.0
+
+        def quantile(q: float) -> float:
+            seen = 0.0
+            for value, weight in points:
+                seen += weight
+                if seen >= q * total_weight:
+                    return float(value) / 1000
+            return float(points[-1][0]) / 1000 if points else 0.0
+
+        return Measured(
+            rps=requests / duration if duration else 0.0,
+            p50_ms=quantile(0.5),
+            p90_ms=quantile(0.9),
+            p99_ms=quantile(0.99),
+            wire_bytes=sum(s["bytes"] for s in self.slices) / max(requests, 1),
+            requests=requests,
+            errors=errors,
+        )
+
+
+# --------------------------------------------------------------------------- databases
+
+
+def read_only_uri(path: Path) -> str:
+    return f"file:{path}?mode=ro"
+
+
+def read_only(path: Path) -> sqlite3.Connection:
+    """A read-only connection set up as the server sets up its own (the in-process floors
+    must not be slower than the server's SQLite for want of its page cache)."""
+    connection = sqlite3.connect(read_only_uri(path), uri=True, check_same_thread=False)
+    for pragma in READ_PRAGMAS:
+        connection.execute(pragma)
+    return connection
+
+
+def count_rows(path: Path) -> int:
+    try:
+        with contextlib.closing(read_only(path)) as db:
+            return int(db.execute("SELECT count(*) FROM applicants").fetchone()[0])
+    except sqlite3.Error:
+        return -1
+
+
+def data_fingerprint() -> str:
+    """What a seeded database depends on: the schema, and what the generator makes.
+
+    The generator's output is hashed rather than its source, so that making it faster
+    without changing a record does not cost a reseed of a million rows.
+    """
+    import msgspec
+
+    from seed.generator import synthetic_applicants
+
+    digest = hashlib.sha256((ROOT / "schema.sql").read_bytes())
+    for record in synthetic_applicants(200, 0):
+        digest.update(msgspec.json.encode(record))
+    return digest.hexdigest()[:16]
+
+
+def _seeding_elsewhere(partial: Path) -> bool:
+    """Whether a running process (another benchmark's `leasestar seed`) names `partial`."""
+    needle = str(partial).encode()
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        with contextlib.suppress(OSError):
+            if needle in cmdline.read_bytes().split(b"\0"):
+                return True
+    return False
+
+
+def ensure_database(rows: int, work: Path = WORK) -> Path:
+    """`WORK/applicants-N.db`, seeded with `leasestar seed` unless already right.
+
+    Reused when it holds N rows and was built from the current schema and generator (a
+    sidecar file records their fingerprint); rebuilt otherwise.
+    """
+    work.mkdir(parents=True, exist_ok=True)
+    path = work / f"applicants-{rows}.db"
+    stamp = path.with_name(path.name + ".fingerprint")
+    partial = path.with_name(path.name + ".partial")
+    fingerprint = data_fingerprint()
+    while not path.exists() and _seeding_elsewhere(partial):
+        say(f"{partial.name} is being seeded by another run; waiting for it")
+        time.sleep(15)
+    if path.exists():
+        found = count_rows(path)
+        built_from = stamp.read_text().strip() if stamp.exists() else ""
+        if found == rows and built_from == fingerprint:
+            say(f"reusing {shown(path)} ({rows:,} applicants)")
+            return path
+        say(f"{path.name}: {found:,} rows, schema/generator {built_from or '?'}: rebuilding it")
+    stamp.unlink(missing_ok=True)
+    for stale in (path, partial):
+        for suffix in ("", "-wal", "-shm"):
+            Path(f"{stale}{suffix}").unlink(missing_ok=True)
+    say(f"seeding {rows:,} applicants into {shown(path)} (leasestar seed)")
+    started = time.monotonic()
+    subprocess.run(
+        [str(LEASESTAR), "seed", "--db", str(partial), "--count", str(rows), "--seed", "0"],
+        check=True,
+        stdout=sys.stderr.fileno(),  # its summary with the progress: stdout is for reports
+    )
+    partial.rename(path)
+    stamp.write_text(fingerprint + "\n")
+    say(f"seeded {rows:,} in {time.monotonic() - started:.0f} s")
+    return path
+
+
+def create_token(db: Path, purpose: str, integration: str | None = None) -> str:
+    """A new bearer token in `db` (scoped to `integration` if given), by the CLI."""
+    name = f"bench-{purpose}-{time.strftime('%Y%m%d%H%M%S')}-{os.getpid()}"
+    command = [str(LEASESTAR), "token", "create", "--db", str(db), "--name", name]
+    if integration:
+        command += ["--integration", integration]
+    out = subprocess.run(command, check=True, capture_output=True, text=True).stdout
+    return out.strip().splitlines()[-1]
+
+
+def shown(path: Path) -> str:
+    """A path as a reader would type it from the repository root, where it is below it."""
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
+
+
+# --------------------------------------------------------------------------- servers
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def http_get(url: str, token: str | None = None, timeout: float = 60) -> tuple[int, bytes]:
+    request = urllib.request.Request(url)
+    if token:
+        request.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return int(response.status), response.read()
+    except urllib.error.HTTPError as error:
+        return int(error.code), error.read()
+
+
+@dataclass
+class Server:
+    """A running server: its base URL and pid; `returncode` once it is stopped."""
+
+    name: str
+    base: str
+    pid: int
+    returncode: int | None = None
+
+
+@contextlib.contextmanager
+def server(
+    name: str,
+    command: list[str],
+    health: str,
+    env: dict[str, str] | None = None,
+    *,
+    core: str | None = SERVER_CORE,
+    work: Path = WORK,
+    stop: signal.Signals = signal.SIGINT,
+) -> Iterator[Server]:
+    """Start a server pinned to `core` on a free port (`{port}` in `command`), wait for
+    `health` to answer 200, and stop it with `stop` on the way out.
+
+    taskset execs the server, so the pid is the server's own. Its output goes to
+    `WORK/server-NAME.log` (the last run's, for a failed start).
+    """
+    port = free_port()
+    full = [*pinned(core), *(part.replace("{port}", str(port)) for part in command)]
+    inherited = {k: v for k, v in os.environ.items() if not k.startswith("LEASESTAR_")}
+    work.mkdir(parents=True, exist_ok=True)
+    log_path = work / f"server-{name}.log"
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(
+            full, cwd=ROOT, env={**inherited, **(env or {})}, stdout=log, stderr=log
+        )
+        running = Server(name, f"http://127.0.0.1:{port}", process.pid)
+        try:
+            deadline = time.monotonic() + 120
+            while True:
+                if process.poll() is not None:
+                    raise RuntimeError(
+                        f"{name} server exited ({process.returncode}); see {log_path}"
+                    )
+                with contextlib.suppress(OSError):
+                    if http_get(running.base + health, timeout=2)[0] == 200:
+                        break
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"{name} server did not answer within 120 s; see {log_path}")
+                time.sleep(0.2)
+            yield running
+        finally:
+            if process.poll() is None:
+                process.send_signal(stop)
+            try:
+                running.returncode = process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                running.returncode = process.wait()
+
+
+def leasestar_server(
+    name: str,
+    db: Path,
+    env: dict[str, str] | None = None,
+    *,
+    args: Sequence[str] = (),
+    core: str | None = SERVER_CORE,
+    work: Path = WORK,
+    stop: signal.Signals = signal.SIGINT,
+) -> contextlib.AbstractContextManager[Server]:
+    """`leasestar serve` (uvicorn, one worker, `SERVER_ENV` over its defaults) on `db`."""
+    command = [str(LEASESTAR), "serve", "--db", str(db), "--host", "127.0.0.1", "--port", "{port}"]
+    return server(
+        name,
+        [*command, *args],
+        "/health",
+        {**SERVER_ENV, **(env or {})},
+        core=core,
+        work=work,
+        stop=stop,
+    )
+
+
+# --------------------------------------------------------------------------- report
+
+
+def versions() -> dict[str, str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    found = {"python": platform.python_version(), "sqlite": sqlite3.sqlite_version}
+    for package in ("litestar", "msgspec", "uvicorn", "uvloop", "httptools", "aiosqlite"):
+        try:
+            found[package] = version(package)
+        except PackageNotFoundError:
+            found[package] = "-"
+    out = subprocess.run(["wrk", "--version"], capture_output=True, text=True).stdout.split()
+    found["wrk"] = out[1] if len(out) > 1 else "?"
+    return found
+
+
+def machine() -> dict[str, str]:
+    model = "?"
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    memory = "?"
+    with contextlib.suppress(OSError, IndexError, ValueError):
+        kb = int(Path("/proc/meminfo").read_text().split()[1])
+        memory = f"{kb / 2**20:.0f} GiB"
+    return {
+        "cpu": model,
+        "cores": str(os.cpu_count()),
+        "memory": memory,
+        "kernel": platform.release(),
+    }
+
+
+def describe_machine(*packages: str) -> str:
+    """The machine in one line, e.g. "Xeon, 2 cores, 8 GiB, kernel 6.1; python 3.11.7"."""
+    m = machine()
+    text = f"{m['cpu']}, {m['cores']} cores, {m['memory']}, kernel {m['kernel']}"
+    if packages:
+        found = versions()
+        text += "; " + ", ".join(f"{name} {found.get(name, '?')}" for name in packages)
+    return text
+
+
+def loadavg() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def git_commit() -> str:
+    """HEAD's short hash, and whether what is measured has uncommitted changes."""
+    out = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
+    )
+    dirty = subprocess.run(
+        ["git", "status", "--porcelain", "--", "app", "seed", "schema.sql", "pyproject.toml"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    return out.stdout.strip() + (" + uncommitted changes" if dirty else "")
+
+
+def write_section(section: str, path: Path = RESULTS_MD) -> None:
+    """Replace one section of RESULTS.md, from its `<!-- BEGIN x -->` line to its
+    `<!-- END x -->` (the first and last lines of `section`); every other byte is kept.
+    A section the file does not have yet is appended."""
+    lines = section.strip("\n").splitlines()
+    begin, end = lines[0], lines[-1]
+    if not (begin.startswith("<!-- BEGIN ") and end.startswith("<!-- END ")):
+        raise ValueError("a section starts with <!-- BEGIN x --> and ends with <!-- END x -->")
+    section = "\n".join(lines)
+    text = path.read_text() if path.exists() else "# Benchmark results\n"
+    if begin in text and end in text:
+        start = text.index(begin)
+        stop = text.index(end) + len(end)
+        text = text[:start] + section + text[stop:]
+    else:
+        text = text.rstrip("\n") + "\n\n" + section + "\n"
+    path.write_text(text)
