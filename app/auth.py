@@ -126,6 +126,10 @@ def token_id(token: str) -> str | None:
     return match[1] if match else None
 
 
+# Compared with when a public id is unknown: the length of a real hash, matching none.
+_NO_TOKEN_HASH: Final = bytes(32)
+
+
 @dataclass(frozen=True, slots=True)
 class _ActiveToken:
     holder: TokenHolder
@@ -183,8 +187,10 @@ class BearerTokenMiddleware(AbstractAuthenticationMiddleware):
             raise NotAuthorizedException()
         registry: TokenRegistry = connection.app.state.tokens
         active = registry.find(public_id)
-        # Constant-time comparison of the whole token's hash: only the public id decided
-        # which row to compare with.
-        if active is None or not hmac.compare_digest(active.token_hash, hash_token(token)):
+        # The whole token's hash is computed and compared in constant time whether or not
+        # the public id is known (an unknown one against a hash no token has), so the
+        # answer's timing does not tell which public ids exist.
+        stored = active.token_hash if active is not None else _NO_TOKEN_HASH
+        if not hmac.compare_digest(stored, hash_token(token)) or active is None:
             raise NotAuthorizedException()
         return AuthenticationResult(user=active.holder, auth=public_id)

@@ -14,7 +14,7 @@ import sqlite3
 import stat
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import IO, Final
 
@@ -31,6 +31,9 @@ from app.auth import TokenError, create_token, list_tokens, revoke_token
 from app.config import (
     DEFAULT_DB,
     DEFAULT_RATE_LIMIT,
+    PORT_RANGE,
+    READ_CONNECTIONS_RANGE,
+    WORKERS_RANGE,
     RateLimit,
     Settings,
     SettingsError,
@@ -315,10 +318,16 @@ def _token_revoke(args: argparse.Namespace) -> int:
     return 0
 
 
-def _port(text: str) -> int:
-    if not text.isdigit() or not 0 <= int(text) <= 65535:
-        raise argparse.ArgumentTypeError("must be an integer between 0 and 65535")
-    return int(text)
+def _within(bounds: tuple[int, int]) -> Callable[[str], int]:
+    """An argparse type for an integer within `bounds`, the same as its variable's."""
+    low, high = bounds
+
+    def parse(text: str) -> int:
+        if not text.isdigit() or not low <= int(text) <= high:
+            raise argparse.ArgumentTypeError(f"must be an integer between {low} and {high}")
+        return int(text)
+
+    return parse
 
 
 def _positive(text: str) -> int:
@@ -375,19 +384,19 @@ def build_parser(settings: Settings) -> argparse.ArgumentParser:
     )
     serve.add_argument(
         "--port",
-        type=_port,
+        type=_within(PORT_RANGE),
         default=settings.port,
         help="port (env LEASESTAR_PORT, default %(default)s)",
     )
     serve.add_argument(
         "--workers",
-        type=_positive,
+        type=_within(WORKERS_RANGE),
         default=settings.workers,
         help="worker processes (env LEASESTAR_WORKERS, default %(default)s)",
     )
     serve.add_argument(
         "--read-connections",
-        type=_positive,
+        type=_within(READ_CONNECTIONS_RANGE),
         default=settings.read_connections,
         help="read-only SQLite connections per worker "
         "(env LEASESTAR_READ_CONNECTIONS, default %(default)s)",

@@ -54,7 +54,14 @@ def parse_log_format(text: str, name: str = "LEASESTAR_LOG_FORMAT") -> LogFormat
     return cast(LogFormat, text)
 
 
-def _int_env(name: str, default: int, low: int, high: int) -> int:
+# Inclusive bounds of the integer settings, shared by their variables and their flags.
+PORT_RANGE: Final = (0, 65535)
+WORKERS_RANGE: Final = (1, 64)
+READ_CONNECTIONS_RANGE: Final = (1, 32)
+
+
+def _int_env(name: str, default: int, bounds: tuple[int, int]) -> int:
+    low, high = bounds
     text = os.environ.get(name, "").strip()
     if not text:
         return default
@@ -92,9 +99,9 @@ class Settings:
         return cls(
             db_path=Path(os.environ.get("LEASESTAR_DB") or DEFAULT_DB),
             host=os.environ.get("LEASESTAR_HOST") or "127.0.0.1",
-            port=_int_env("LEASESTAR_PORT", 8000, 0, 65535),
-            workers=_int_env("LEASESTAR_WORKERS", 1, 1, 64),
-            read_connections=_int_env("LEASESTAR_READ_CONNECTIONS", 4, 1, 32),
+            port=_int_env("LEASESTAR_PORT", 8000, PORT_RANGE),
+            workers=_int_env("LEASESTAR_WORKERS", 1, WORKERS_RANGE),
+            read_connections=_int_env("LEASESTAR_READ_CONNECTIONS", 4, READ_CONNECTIONS_RANGE),
             log_format=parse_log_format(os.environ.get("LEASESTAR_LOG_FORMAT") or "json"),
             rate_limit=parse_rate_limit(
                 os.environ.get("LEASESTAR_RATE_LIMIT") or DEFAULT_RATE_LIMIT

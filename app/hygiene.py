@@ -40,6 +40,16 @@ async def _refuse(
     await send({"type": "http.response.body", "body": body})
 
 
+def _with_head(name: bytes, value: bytes) -> tuple[bytes, bytes]:
+    """An `Allow` header that names GET gets HEAD beside it; any other header is kept."""
+    if name.lower() != b"allow":
+        return name, value
+    methods = [method.strip() for method in value.split(b",")]
+    if b"GET" in methods and b"HEAD" not in methods:
+        methods.insert(methods.index(b"GET") + 1, b"HEAD")
+    return name, b", ".join(methods)
+
+
 class HygieneMiddleware:
     """Refuses oversized requests, answers HEAD like GET without a body, and adds
     `Cache-Control: no-store` and `X-Content-Type-Options: nosniff` under `/v1`."""
@@ -74,14 +84,19 @@ class HygieneMiddleware:
                 extra,
             )
             return
-        head = scope["method"] == "HEAD"
+        method = scope["method"]
+        head = method == "HEAD"
         if head:
             # HEAD is GET without the body: route it as GET. The server decides from
             # scope["method"] whether to send a body, so HEAD is put back before the
             # response starts; it then sends the GET's headers (its length included)
             # and drops the body itself.
             scope["method"] = "GET"
-        if not api and not head:
+        # Only a method other than GET or HEAD can draw an `Allow` (a 405, or OPTIONS'
+        # 204). Litestar lists the routes' own methods there; HEAD, answered here, is
+        # added beside GET.
+        may_allow = not head and method != "GET"
+        if not api and not head and not may_allow:
             await self.app(scope, receive, send)
             return
 
@@ -89,8 +104,10 @@ class HygieneMiddleware:
             if message["type"] == "http.response.start":
                 if head:
                     scope["method"] = "HEAD"
-                if extra:
-                    message["headers"] = [*message.get("headers", ()), *extra]
+                headers = message.get("headers", ())
+                if may_allow:
+                    headers = [_with_head(name, value) for name, value in headers]
+                message["headers"] = [*headers, *extra]
             await send(message)
 
         await self.app(scope, receive, send_filtered)

@@ -23,6 +23,7 @@ import re
 import sys
 import time
 from typing import Any, Final, Literal
+from urllib.parse import unquote_plus
 
 import msgspec
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram
@@ -36,7 +37,13 @@ REQUEST_ID_HEADER: Final = b"x-request-id"
 # is made, so a log line can never be forged or bloated through this header.
 _SAFE_REQUEST_ID: Final = re.compile(rb"[A-Za-z0-9._:-]{1,128}")
 # Filter values that are personal data stay out of the log.
-_PERSONAL_FILTERS: Final = re.compile(r"((?:^|&)(?:email_1|phone_1)=)[^&]*")
+# Personal data and secrets never reach the log: the values of the contract's personal
+# filters, and the secret part of anything shaped like one of our tokens (a client that
+# put its token in a URL by mistake: the public id still says which token it was).
+_PERSONAL_PARAMETERS: Final = frozenset({"email_1", "phone_1"})
+_TOKEN_SECRET: Final = re.compile(r"(lst_[0-9a-f]{12}_)[A-Za-z0-9_-]+")
+# Only a query holding one of these needs the careful look.
+_REDACTION_HINTS: Final = ("email", "phone", "lst_", "%")
 MAX_LOGGED_QUERY: Final = 1024
 _LATENCY_BUCKETS: Final = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5)
 
@@ -189,9 +196,9 @@ class ObservabilityMiddleware:
         user = scope.get("user")
         token = user.name if isinstance(user, TokenHolder) else None
         path = scope["path"]
-        query = scope["query_string"][:MAX_LOGGED_QUERY].decode("latin-1")
-        if "email_1" in query or "phone_1" in query:
-            query = _PERSONAL_FILTERS.sub(r"\1REDACTED", query)
+        if "lst_" in path:
+            path = _TOKEN_SECRET.sub(r"\1REDACTED", path)
+        query = loggable_query(scope["query_string"][:MAX_LOGGED_QUERY].decode("latin-1"))
         if self.log_format == "json":
             line = _encoder.encode(
                 {
@@ -213,6 +220,20 @@ class ObservabilityMiddleware:
                 f"token={token or '-'} request_id={request_id}"
             )
         self.access_log.write(line)
+
+
+def loggable_query(query: str) -> str:
+    """The query string as logged: each parameter as sent, but with the value of a
+    personal filter, or one holding a token, replaced by `REDACTED`. Names and values
+    are judged percent-decoded, so `email%5F1=` or an encoded token is caught too."""
+    if not any(hint in query for hint in _REDACTION_HINTS):
+        return query
+    parts = query.split("&")
+    for index, part in enumerate(parts):
+        name, equals, _ = part.partition("=")
+        if unquote_plus(name) in _PERSONAL_PARAMETERS or _TOKEN_SECRET.search(unquote_plus(part)):
+            parts[index] = f"{name}{equals}REDACTED" if equals else "REDACTED"
+    return "&".join(parts)
 
 
 _clock: list[Any] = [0, ""]

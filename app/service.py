@@ -66,7 +66,7 @@ class ServiceController(Controller):
         exclude_from_auth=True,
         media_type=MediaType.JSON,
         response_description="The database answers.",
-        responses=error_responses(400, 414, 431, 503),
+        responses=error_responses(400, 405, 414, 431, 500, 503),
         operation_class=operation_class(),
     )
     async def health(self, request: Request[Any, Any, State]) -> Response[HealthStatus]:

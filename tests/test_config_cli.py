@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from app import cli
-from app.config import RateLimit, Settings
+from app.config import RateLimit, Settings, SettingsError
 from app.database import open_for_write
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -229,7 +229,8 @@ def test_an_invalid_variable_through_the_console_script(tmp_path: Path) -> None:
     ("flag", "value", "message"),
     [
         ("--port", "70000", "must be an integer between 0 and 65535"),
-        ("--workers", "0", "must be a positive integer"),
+        ("--workers", "0", "must be an integer between 1 and 64"),
+        ("--read-connections", "100", "must be an integer between 1 and 32"),
         ("--log-format", "xml", "must be json, text or off"),
         ("--rate-limit", "lots", "must be N/second, N/minute, N/hour, N/day or off"),
     ],
@@ -243,6 +244,45 @@ def test_an_invalid_flag_names_itself(
     error = capsys.readouterr().err.splitlines()[-1]
     assert error.startswith(f"leasestar serve: error: argument {flag}")
     assert message in error
+
+
+# The integer settings' inclusive bounds, as the README states them.
+INTEGER_BOUNDS = {
+    ("LEASESTAR_PORT", "--port"): (0, 65535),
+    ("LEASESTAR_WORKERS", "--workers"): (1, 64),
+    ("LEASESTAR_READ_CONNECTIONS", "--read-connections"): (1, 32),
+}
+
+
+@pytest.mark.parametrize(("names", "bounds"), INTEGER_BOUNDS.items())
+def test_a_flag_and_its_variable_accept_the_same_integers(
+    environment: dict[str, str],
+    capsys: pytest.CaptureFixture[str],
+    names: tuple[str, str],
+    bounds: tuple[int, int],
+) -> None:
+    """Found by review: `--read-connections 100` was accepted by the flag, handed to the
+    server through its variable, and refused there with a traceback."""
+    variable, flag = names
+    low, high = bounds
+    for value in (low - 1, low, high, high + 1):
+        inside = low <= value <= high
+        environment[variable] = str(value)
+        if inside:
+            Settings.from_env()
+        else:
+            with pytest.raises(SettingsError, match=f"between {low} and {high}"):
+                Settings.from_env()
+        del environment[variable]
+        if value < 0:
+            continue  # argparse reads "-1" as an option, not a value
+        parser = cli.build_parser(Settings())
+        if inside:
+            parser.parse_args(["serve", flag, str(value)])
+        else:
+            with pytest.raises(SystemExit):
+                parser.parse_args(["serve", flag, str(value)])
+            assert f"must be an integer between {low} and {high}" in capsys.readouterr().err
 
 
 # --- the README ---------------------------------------------------------------------------

@@ -167,7 +167,20 @@ async def test_405_for_other_methods(client: Client, some_id: str, method: str) 
         response = await client.request(method, path, content=b"{}")
         error = assert_error(response.status_code, response.headers, response.content, 405)
         assert error["details"] == {}
-        assert "GET" in response.headers["allow"]
+        allowed = {m.strip() for m in response.headers["allow"].split(",")}
+        assert allowed == {"GET", "HEAD", "OPTIONS"}, (path, response.headers["allow"])
+
+
+async def test_every_method_allow_names_is_answered(client: Client, some_id: str) -> None:
+    """Allow (on a 405, and OPTIONS' 204) names exactly the methods a path answers: HEAD
+    is served beside GET, so it is named too."""
+    for path in ("/v1/applicants", f"/v1/applicants/{some_id}", "/health"):
+        options = await client.options(path)
+        assert options.status_code == 204
+        allowed = {m.strip() for m in options.headers["allow"].split(",")}
+        assert allowed == {"GET", "HEAD", "OPTIONS"}, path
+        for method in allowed - {"OPTIONS"}:
+            assert (await client.request(method, path)).status_code == 200, (method, path)
 
 
 # --- unauthenticated routes ---------------------------------------------------------------

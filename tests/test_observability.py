@@ -112,6 +112,35 @@ async def test_personal_filter_values_stay_out_of_the_log(
     assert json.loads(line)["query"] == "email_1=REDACTED&phone_1=REDACTED"
 
 
+async def test_a_token_in_the_url_stays_out_of_the_log(
+    json_client: Client, access_log: list[str], token: str
+) -> None:
+    """A client that puts its token in the URL by mistake (as a query parameter, raw or
+    percent-encoded, or as a path segment) gets a 400 or 404, and the log keeps only the
+    token's public id."""
+    public_id, secret = token.removeprefix("lst_").split("_", 1)
+    encoded = token.replace("_", "%5F")
+    await json_client.get(f"/v1/applicants?access_token={token}&limit=2")
+    await json_client.get(f"/v1/applicants?access%5Ftoken={encoded}")
+    await json_client.get(f"/v1/applicants/{token}")
+    assert len(access_log) == 3
+    for line in access_log:
+        assert secret not in line, line
+        assert secret.replace("_", "%5F") not in line, line
+    logged = [json.loads(line) for line in access_log]
+    assert logged[0]["query"] == "access_token=REDACTED&limit=2"
+    assert logged[1]["query"] == "access%5Ftoken=REDACTED"
+    assert logged[2]["path"] == f"/v1/applicants/lst_{public_id}_REDACTED"
+
+
+async def test_percent_encoded_personal_filter_names_are_redacted_too(
+    json_client: Client, access_log: list[str]
+) -> None:
+    await json_client.get("/v1/applicants?email%5F1=ann%40example.com&phone%5f1=5125550100")
+    (line,) = access_log
+    assert json.loads(line)["query"] == "email%5F1=REDACTED&phone%5f1=REDACTED"
+
+
 async def test_text_access_log(text_client: Client, access_log: list[str]) -> None:
     await text_client.get("/v1/applicants", params={"limit": 1}, headers={"X-Request-ID": "t-9"})
     (line,) = access_log

@@ -244,7 +244,7 @@ async def test_every_error_status_is_documented_with_the_error_body(document: Do
     expected = {
         LIST: {400, 401, 405, 414, 429, 431, 500},
         RECORD: {400, 401, 404, 405, 414, 429, 431, 500},
-        HEALTH: {400, 414, 431, 503},
+        HEALTH: {400, 405, 414, 431, 500, 503},
     }
     for path, statuses in expected.items():
         documented = document["paths"][path]["get"]["responses"]
@@ -366,6 +366,7 @@ async def test_error_responses_conform(client: Client, document: Document) -> No
         (LIST, await client.get(LIST + "?order-by=" + "x" * 9000), 414),
         (LIST, await client.get(LIST, headers={"X-Padding": "p" * 17_000}), 431),
         (HEALTH, await client.get(HEALTH + "?" + "&".join(["a=1"] * 70)), 400),
+        (HEALTH, await client.post(HEALTH), 405),
     ]
     for path, response, status in cases:
         assert response.status_code == status, (path, status, response.text)
