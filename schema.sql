@@ -72,12 +72,19 @@ CREATE INDEX IF NOT EXISTS applicants_by_zip ON applicants (zip, id);
 -- moves it, so it is also the data version that keys cached counts and ETags.
 -- cursor_key signs pagination cursors, so a cursor cannot be forged or carried to
 -- another database.
+-- A new database starts its sequence at its creation time in microseconds, not at 0:
+-- a database restored from an export (or any replacement) then numbers its writes
+-- above every sequence the one it replaces handed out (which wrote less than one row a
+-- microsecond), so a sync client that kept its last sequence receives all of the new
+-- database's records instead of silently skipping its first writes. Within a database
+-- the sequence only counts up; no clock orders the feed.
 CREATE TABLE IF NOT EXISTS sync_state (
     singleton  INTEGER NOT NULL PRIMARY KEY CHECK (singleton = 1),
     change_seq INTEGER NOT NULL,
     cursor_key BLOB    NOT NULL
 );
-INSERT OR IGNORE INTO sync_state (singleton, change_seq, cursor_key) VALUES (1, 0, randomblob(32));
+INSERT OR IGNORE INTO sync_state (singleton, change_seq, cursor_key)
+    VALUES (1, CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER), randomblob(32));
 
 -- API tokens, `lst_<token_id>_<secret>`. Only the SHA-256 of the whole token is stored;
 -- the token itself is shown once. Lookup is by the public token_id, then the hashes are

@@ -15,7 +15,7 @@ from datetime import UTC, date, datetime, timedelta
 _INSTANT = re.compile(
     r"(?P<date>\d{4}-\d{2}-\d{2})"
     r"(?:[Tt](?P<hour>\d{2}):(?P<minute>\d{2})"
-    r"(?::(?P<second>\d{2})(?:\.(?P<fraction>\d{1,9}))?)?"
+    r"(?::(?P<second>\d{2})(?:\.(?P<fraction>\d+))?)?"
     r"(?P<offset>[Zz]|[+\- ]\d{2}:\d{2})?)?",
     re.ASCII,  # \d would also match other scripts' digits, which int() then accepts
 )

@@ -331,8 +331,15 @@ class ApplicantWriter:
             updated = _micros(given_updated) if given_updated is not None else self._seen_at
         else:
             old_id, old_created, old_updated, old_last_seen, old_digest = existing
+            if given_id is not None and given_id != old_id:
+                # An applicant's id is how clients, cursors and the sync feed know it: a
+                # changed id would leave them holding one that answers 404.
+                raise RecordError(
+                    f"id: this record (integration_id, x_property_id, x_id) is stored as "
+                    f"{old_id!r}, and an applicant's id never changes"
+                )
             changed = old_digest != digest
-            stored_id = given_id or old_id
+            stored_id = old_id
             created = _micros(given_created) if given_created is not None else old_created
             if given_updated is not None:
                 updated = _micros(given_updated)
@@ -537,6 +544,15 @@ def _reject_constant(name: str) -> NoReturn:
     raise RecordError(f"(line): {name} is not valid JSON")
 
 
+def _json_int(text: str) -> int:
+    """A JSON integer for the stdlib parser, which `int()` would refuse past 4,300 digits
+    with an error of its own. Anything over 20 characters is beyond 64 bits whatever its
+    digits, so it stands in as 2**64 (sign kept): validation then names its field."""
+    if len(text) > 20:
+        return -(2**64) if text.startswith("-") else 2**64
+    return int(text)
+
+
 _LOCATION = re.compile(r"^(?P<message>.*?)(?: - at `\$(?P<path>[^`]*)`)?$", re.DOTALL)
 _MISSING = re.compile(r"Object missing required field `(?P<field>[^`]+)`")
 _UNKNOWN = re.compile(r"Object contains unknown field `(?P<field>[^`]+)`")
@@ -586,7 +602,10 @@ def _diagnose(raw: bytes, fast_error: Exception) -> RecordError:
         return RecordError(f"(line): invalid UTF-8 at byte {error.start}")
     try:
         document = json.loads(
-            text, object_pairs_hook=_reject_duplicates, parse_constant=_reject_constant
+            text,
+            object_pairs_hook=_reject_duplicates,
+            parse_constant=_reject_constant,
+            parse_int=_json_int,
         )
     except RecordError as error:
         return error
@@ -614,7 +633,12 @@ def _diagnose(raw: bytes, fast_error: Exception) -> RecordError:
 def _check_duplicate_keys(raw: bytes) -> None:
     """Refuse a line where an object repeats a key (msgspec would keep the last)."""
     try:
-        json.loads(raw, object_pairs_hook=_reject_duplicates, parse_constant=_reject_constant)
+        json.loads(
+            raw,
+            object_pairs_hook=_reject_duplicates,
+            parse_constant=_reject_constant,
+            parse_int=_json_int,
+        )
     except RecordError:
         raise
     except (ValueError, RecursionError):

@@ -195,8 +195,10 @@ PARAMETERS: Final[tuple[QueryParameterSpec, ...]] = (
     QueryParameterSpec(
         "changed_since",
         "Incremental sync: only records written after this change sequence, in change "
-        "order (`order-by` and `offset` cannot be given). Start at 0, follow `meta.next` "
-        "while `hasMore`, then store `meta.changeSeq` and pass it here next time.",
+        "order (`order-by` and `offset` cannot be given; of the filters only "
+        "`integration_id`, `x_property_id` and `x_id`, which a record never changes). "
+        "Start at 0, follow `meta.next` while `hasMore`, then store `meta.changeSeq` and "
+        "pass it here next time.",
         {"type": "integer", "minimum": 0, "maximum": MAX_OFFSET},
         list_only=True,
     ),
@@ -300,6 +302,19 @@ _FILTER_FIELDS: Final = (
 )
 
 
+# The filters a sync may narrow by: parts of the upsert key, which a record never
+# changes. Under any other filter a record could leave the matches by a write, and the
+# feed, which lists records as they are now, could never tell the client so.
+SYNC_FILTERS: Final = ("integration_id", "x_property_id", "x_id")
+_NOT_WITH_SYNC: Final = (
+    "integration_vendor",
+    "property_id",
+    "email_1",
+    "phone_1",
+    *DATE_BOUNDS,
+)
+
+
 def _with_changed_since(values: dict[str, str], query: ApplicantQuery) -> ApplicantQuery:
     text = values["changed_since"]
     since = _integer("changed_since", text, 0, MAX_OFFSET)
@@ -310,6 +325,15 @@ def _with_changed_since(values: dict[str, str], query: ApplicantQuery) -> Applic
                 values[conflicting],
                 f"{conflicting} cannot be combined with changed_since (the feed is in "
                 "change order; follow meta.next)",
+            )
+    for mutable in _NOT_WITH_SYNC:
+        if mutable in values:
+            raise InvalidParameter(
+                mutable,
+                values[mutable],
+                f"{mutable} cannot be combined with changed_since: a record can leave its "
+                "matches by a write, which the feed could not report; a sync filters only "
+                f"on {', '.join(SYNC_FILTERS)}, which never change",
             )
     return msgspec.structs.replace(query, changed_since=since, order_by=CHANGE_ORDER)
 

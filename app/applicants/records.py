@@ -185,6 +185,10 @@ class Applicant(Record, kw_only=True):
     def __post_init__(self) -> None:
         if self.id is not None and not is_applicant_id(self.id):
             raise ValueError(f"id: {APPLICANT_ID_RULE}")
+        # The specification's vendor names are upper case (YARDI, ENTRATA): one spelling
+        # per vendor, so the equality filter on it finds them all.
+        if self.integration_vendor != self.integration_vendor.upper():
+            raise ValueError("integration_vendor: must be upper case")
         self.created_at = _instant_or_none("created_at", self.created_at)
         self.updated_at = _instant_or_none("updated_at", self.updated_at)
         self.last_seen = _instant_or_none("last_seen", self.last_seen)

@@ -12,6 +12,7 @@ import io
 import json
 import re
 import sqlite3
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -203,15 +204,30 @@ def test_service_fields_given_are_kept_as_given(db: sqlite3.Connection) -> None:
     assert row["id"] == f"app_{1:024x}"
     assert (row["json"]["created_at"], row["json"]["updated_at"]) == (T0_TEXT, T1_TEXT)
     assert row["json"]["last_seen"] == T0_TEXT  # given, so not the import time
-    # Given again with other values, even earlier ones and a new id: kept as given.
-    changed = served(1, id="app_restored", first_name="Zoë", last_seen=T0_TEXT)
+    # Given again with other values, even earlier ones: kept as given.
+    changed = served(1, first_name="Zoë", last_seen=T0_TEXT)
     changed["created_at"] = "2024-06-01T00:00:00.000Z"
     run_import(db, ndjson(changed), seen_at=T2)
     row = rows(db)["X0001"]
-    assert row["id"] == "app_restored"
+    assert row["id"] == f"app_{1:024x}"
     assert row["json"]["created_at"] == "2024-06-01T00:00:00.000Z"
     assert row["json"]["updated_at"] == T0_TEXT  # given; a field changed, still as given
     assert row["updated_at"] == T0
+
+
+def test_a_stored_record_given_another_id_refuses_the_file(db: sqlite3.Connection) -> None:
+    """An id never changes: a client, a cursor or the sync feed holding the old one
+    would be left with an id that answers 404."""
+    run_import(db, ndjson(served(1)), seen_at=T0)
+    before, version = rows(db), data_version(db)
+    with pytest.raises(ImportRefused) as refused:
+        run_import(db, ndjson(served(2), served(1, id="app_renamed")), seen_at=T1)
+    assert refused.value.report.errors == [
+        f"line 2: id: this record (integration_id, x_property_id, x_id) is stored as "
+        f"'app_{1:024x}', and an applicant's id never changes"
+    ]
+    assert rows(db) == before
+    assert data_version(db) == version
 
 
 def test_each_missing_service_field_is_filled_on_its_own(db: sqlite3.Connection) -> None:
@@ -257,13 +273,47 @@ def test_the_upsert_key_is_integration_property_and_x_id(db: sqlite3.Connection)
 
 
 def test_change_seq_and_data_version_move_with_every_row_written(db: sqlite3.Connection) -> None:
+    start = data_version(db)
     run_import(db, ndjson(served(1), served(2)), seen_at=T0)
-    assert data_version(db) == 2
+    assert data_version(db) == start + 2
     run_import(db, ndjson(served(1), served(2, first_name="B"), served(3)), seen_at=T1)
     stored = rows(db)
-    assert data_version(db) == 4
-    assert sorted(row["change_seq"] for row in stored.values()) == [1, 3, 4]
-    assert stored["X0001"]["change_seq"] == 1  # unchanged: not written
+    assert data_version(db) == start + 4
+    assert sorted(row["change_seq"] - start for row in stored.values()) == [1, 3, 4]
+    assert stored["X0001"]["change_seq"] == start + 1  # unchanged: not written
+
+
+def test_a_new_database_numbers_changes_from_its_creation_time(tmp_path: Path) -> None:
+    before = int(time.time() * 1_000_000)
+    connection = open_for_write(tmp_path / "new.db")
+    try:
+        start = data_version(connection)
+    finally:
+        connection.close()
+    after = int(time.time() * 1_000_000)
+    # julianday() is read to about a tenth of a millisecond.
+    assert before - 1000 <= start <= after + 1000
+
+
+def test_a_restored_database_numbers_its_writes_above_the_original(tmp_path: Path) -> None:
+    """A sync client keeps the last sequence it saw; after a restore from an export, the
+    new database's records must all come after it, or the client would skip them."""
+    original = open_for_write(tmp_path / "original.db")
+    try:
+        run_import(original, ndjson(*(source(n) for n in range(1, 200))), seen_at=T0)
+        run_import(original, ndjson(*(source(n, first_name="B") for n in range(1, 200))))
+        client_kept = data_version(original)
+        export = exported(original)
+    finally:
+        original.close()
+    time.sleep(0.002)  # restored later, as a restore is
+    restored = open_for_write(tmp_path / "restored.db")
+    try:
+        run_import(restored, export)
+        assert min(row["change_seq"] for row in rows(restored).values()) > client_kept
+        assert exported(restored) == export
+    finally:
+        restored.close()
 
 
 # --- datetimes ------------------------------------------------------------------------
@@ -411,11 +461,12 @@ def test_a_bulk_write_stores_the_same_and_rebuilds_every_index(tmp_path: Path) -
         connection = open_for_write(tmp_path / f"bulk-{bulk_min_rows}.db")
         try:
             schema = schema_of(connection)
+            start = data_version(connection)
             writer_report = run_import(connection, b"".join(records), bulk_min_rows=bulk_min_rows)
             assert writer_report.counts.inserted == 120
             assert schema_of(connection) == schema
             assert connection.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
-            results.append((exported(connection), data_version(connection)))
+            results.append((exported(connection), data_version(connection) - start))
         finally:
             connection.close()
     assert results[0] == results[1]

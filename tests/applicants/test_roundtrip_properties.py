@@ -161,7 +161,7 @@ def source_records(draw: st.DrawFn, number: int) -> dict[str, Any]:
         "x_property_id": draw(NON_EMPTY),
         "property_id": draw(NON_EMPTY),
         "integration_id": draw(NON_EMPTY),
-        "integration_vendor": draw(NON_EMPTY),
+        "integration_vendor": draw(NON_EMPTY.map(str.upper).filter(lambda v: v == v.upper())),
     }
     record |= draw(optional(**dict.fromkeys(NULLABLE_STRINGS, MAYBE_TEXT)))
     record |= draw(
