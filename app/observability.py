@@ -38,12 +38,14 @@ REQUEST_ID_HEADER: Final = b"x-request-id"
 _SAFE_REQUEST_ID: Final = re.compile(rb"[A-Za-z0-9._:-]{1,128}")
 # Filter values that are personal data stay out of the log.
 # Personal data and secrets never reach the log: the values of the contract's personal
-# filters, and the secret part of anything shaped like one of our tokens (a client that
-# put its token in a URL by mistake: the public id still says which token it was).
-_PERSONAL_PARAMETERS: Final = frozenset({"email_1", "phone_1"})
+# filters and of cursors (signed, not encrypted: they carry the walk's filter values and
+# the last record's sort keys, names and emails among them), and the secret part of
+# anything shaped like one of our tokens (a client that put its token in a URL by
+# mistake: the public id still says which token it was).
+_REDACTED_PARAMETERS: Final = frozenset({"email_1", "phone_1", "cursor"})
 _TOKEN_SECRET: Final = re.compile(r"(lst_[0-9a-f]{12}_)[A-Za-z0-9_-]+")
 # Only a query holding one of these needs the careful look.
-_REDACTION_HINTS: Final = ("email", "phone", "lst_", "%")
+_REDACTION_HINTS: Final = ("email", "phone", "cursor", "lst_", "%")
 MAX_LOGGED_QUERY: Final = 1024
 _LATENCY_BUCKETS: Final = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5)
 
@@ -224,14 +226,14 @@ class ObservabilityMiddleware:
 
 def loggable_query(query: str) -> str:
     """The query string as logged: each parameter as sent, but with the value of a
-    personal filter, or one holding a token, replaced by `REDACTED`. Names and values
+    personal filter or a cursor, or one holding a token, replaced by `REDACTED`. Names and values
     are judged percent-decoded, so `email%5F1=` or an encoded token is caught too."""
     if not any(hint in query for hint in _REDACTION_HINTS):
         return query
     parts = query.split("&")
     for index, part in enumerate(parts):
         name, equals, _ = part.partition("=")
-        if unquote_plus(name) in _PERSONAL_PARAMETERS or _TOKEN_SECRET.search(unquote_plus(part)):
+        if unquote_plus(name) in _REDACTED_PARAMETERS or _TOKEN_SECRET.search(unquote_plus(part)):
             parts[index] = f"{name}{equals}REDACTED" if equals else "REDACTED"
     return "&".join(parts)
 

@@ -141,6 +141,17 @@ async def test_percent_encoded_personal_filter_names_are_redacted_too(
     assert json.loads(line)["query"] == "email%5F1=REDACTED&phone%5f1=REDACTED"
 
 
+async def test_cursors_stay_out_of_the_log(json_client: Client, access_log: list[str]) -> None:
+    """A cursor is signed, not encrypted: it carries the walk's filter values and the
+    last record's sort keys (names, emails), so its value is not logged."""
+    first = await json_client.get("/v1/applicants", params={"limit": 1, "order-by": "email_1"})
+    cursor = first.json()["meta"]["next"]
+    await json_client.get("/v1/applicants", params={"cursor": cursor})
+    assert len(access_log) == 2
+    assert cursor not in access_log[1]
+    assert json.loads(access_log[1])["query"] == "cursor=REDACTED"
+
+
 async def test_text_access_log(text_client: Client, access_log: list[str]) -> None:
     await text_client.get("/v1/applicants", params={"limit": 1}, headers={"X-Request-ID": "t-9"})
     (line,) = access_log

@@ -212,13 +212,39 @@ class PageMeta(msgspec.Struct, gc=False):
 
     offset: int
     limit: int
-    order_by: list[SortKey] = msgspec.field(name="orderBy")
+    order_by: Annotated[
+        list[SortKey],
+        msgspec.Meta(
+            description="The ordering applied, one object per key; `[]` for no sorting. "
+            "On the sync feed (`changed_since`) it is `change_seq` ascending."
+        ),
+    ] = msgspec.field(name="orderBy")
     has_more: bool = msgspec.field(name="hasMore")
     total: int
     # Lists only, present when hasMore is true: the cursor of the next page.
-    next: str | msgspec.UnsetType = msgspec.UNSET
+    next: (
+        Annotated[
+            str,
+            msgspec.Meta(
+                description="Lists only, present while `hasMore` is true: the opaque cursor "
+                "of the next page, for `?cursor=`. It keeps the ordering, filters and limit, "
+                "and never skips or repeats a record that exists throughout the walk."
+            ),
+        ]
+        | msgspec.UnsetType
+    ) = msgspec.UNSET
     # Sync feed only (changed_since): the change sequence to resume from next time.
-    change_seq: int | msgspec.UnsetType = msgspec.field(default=msgspec.UNSET, name="changeSeq")
+    change_seq: (
+        Annotated[
+            int,
+            msgspec.Meta(
+                description="Sync feed only (`changed_since`): the change sequence of the "
+                "page's last record (or `changed_since` itself when nothing is new). Store "
+                "the last page's value and pass it as `changed_since` next time."
+            ),
+        ]
+        | msgspec.UnsetType
+    ) = msgspec.field(default=msgspec.UNSET, name="changeSeq")
 
 
 class ApplicantList(msgspec.Struct, gc=False):

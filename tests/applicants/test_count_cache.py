@@ -1,0 +1,128 @@
+"""`meta.total` without counting rows on each request (issue 4): a list shape's total is
+counted once per data version, shared by every page and request of that shape, and is
+exact again right after a write.
+
+Counting is observed where it happens, in SQLite: every statement the server's read
+connections run is traced, and a statement that counts applicants (`count(*) FROM
+applicants`) is told apart from the page statement, which only counts its own page.
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from litestar.testing import AsyncTestClient
+
+from app.applicants.ingest import write_records
+from app.applicants.records import Applicant
+from app.config import Settings
+from app.main import create_app
+
+Client = AsyncTestClient  # type: ignore[type-arg]
+COUNTS_ROWS = re.compile(r"count\(\*\) FROM applicants")
+
+
+class Traced:
+    """Every statement the app's read connections ran since the last `take()`."""
+
+    def __init__(self) -> None:
+        self.statements: list[str] = []
+
+    def record(self, sql: str) -> None:
+        self.statements.append(sql)
+
+    def take(self) -> list[str]:
+        taken, self.statements = self.statements, []
+        return [sql for sql in taken if COUNTS_ROWS.search(sql)]
+
+
+@pytest.fixture
+async def traced_client(seeded_db: Path, token: str) -> AsyncIterator[tuple[Client, Traced]]:
+    app = create_app(Settings(db_path=seeded_db, log_format="off"))
+    traced = Traced()
+    async with AsyncTestClient(app=app) as client:
+        client.headers["Authorization"] = f"Bearer {token}"
+        pool = app.state.read_pool
+        for connection in pool._all:
+            await connection.set_trace_callback(traced.record)
+        if pool._inline is not None:
+            pool._inline.set_trace_callback(traced.record)
+        yield client, traced
+
+
+def direct_count(path: Path, where: str = "", params: tuple[str, ...] = ()) -> int:
+    connection = sqlite3.connect(path)
+    try:
+        row = connection.execute(f"SELECT count(*) FROM applicants {where}", params).fetchone()
+        return int(row[0])
+    finally:
+        connection.close()
+
+
+def some_property(path: Path) -> str:
+    connection = sqlite3.connect(path)
+    try:
+        row = connection.execute(
+            "SELECT property_id FROM applicants GROUP BY property_id ORDER BY count(*) DESC"
+        ).fetchone()
+        return str(row[0])
+    finally:
+        connection.close()
+
+
+async def total(client: Client, **params: str | int) -> int:
+    response = await client.get("/v1/applicants", params=params)
+    assert response.status_code == 200, response.text
+    return int(response.json()["meta"]["total"])
+
+
+async def test_each_list_shape_is_counted_once_per_data_version(
+    traced_client: tuple[Client, Traced], seeded_db: Path
+) -> None:
+    client, traced = traced_client
+    everything = direct_count(seeded_db)
+    prop = some_property(seeded_db)
+    in_prop = direct_count(seeded_db, "WHERE property_id = ?", (prop,))
+
+    # The first request of a shape counts (the unfiltered shape may have been counted
+    # at start, for /metrics); its other pages, limits and orderings, and every later
+    # request of it, do not.
+    assert await total(client, limit=5) == everything
+    assert len(traced.take()) <= 1
+    for params in ({"limit": 5, "offset": 5}, {"limit": 250}, {"order-by": "last_name"}, {}):
+        assert await total(client, **params) == everything
+    assert traced.take() == []
+
+    assert await total(client, property_id=prop) == in_prop
+    assert len(traced.take()) == 1
+    assert await total(client, property_id=prop, offset=1) == in_prop
+    assert traced.take() == []
+
+
+async def test_a_write_moves_the_data_version_and_the_total_is_exact_again(
+    traced_client: tuple[Client, Traced], seeded_db: Path, db: sqlite3.Connection
+) -> None:
+    client, traced = traced_client
+    before = direct_count(seeded_db)
+    assert await total(client) == before
+    traced.take()
+
+    new = [
+        Applicant(
+            x_id=f"NEW-{n}",
+            x_property_id="P-new",
+            property_id="prop_new",
+            integration_id="int_new",
+            integration_vendor="NEWVENDOR",
+        )
+        for n in range(3)
+    ]
+    write_records(db, new)
+    assert await total(client) == before + 3 == direct_count(seeded_db)
+    assert len(traced.take()) == 1  # counted again, once, for the new version
+    assert await total(client, limit=1) == before + 3
+    assert traced.take() == []
