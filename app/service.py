@@ -89,8 +89,9 @@ class ServiceController(Controller):
         operation_id="metrics",
         summary="Prometheus metrics",
         exclude_from_auth=True,
-        include_in_schema=False,
         media_type=MediaType.TEXT,
+        response_description="Prometheus' text exposition format (no token needed).",
+        responses=error_responses(400, 405, 414, 431, 500),
     )
     async def metrics(self, request: Request[Any, Any, State]) -> Response[bytes]:
         """Request counts and latencies per route and status, and the row count.

@@ -28,6 +28,7 @@ RENDERED = (
     "operations-applicants-listApplicants",
     "operations-applicants-getApplicant",
     "operations-service-health",
+    "operations-service-metrics",
     "List applicants",
     "Get an applicant by id",
 )

@@ -131,6 +131,7 @@ def test_every_route_is_documented(api_schema: OpenApiSchema) -> None:
         ("GET", "/v1/applicants"),
         ("GET", "/v1/applicants/{id}"),
         ("GET", "/health"),
+        ("GET", "/metrics"),
     }
 
 
@@ -146,6 +147,7 @@ def _operations(api_schema: OpenApiSchema) -> list[Any]:
         ("/v1/applicants/{id}", GenerationMode.POSITIVE),
         ("/v1/applicants/{id}", GenerationMode.NEGATIVE),
         ("/health", GenerationMode.POSITIVE),  # no parameters: nothing to negate
+        ("/metrics", GenerationMode.POSITIVE),
     ],
 )
 def test_openapi_document_holds_for_generated_requests(

@@ -35,6 +35,7 @@ DOCUMENT_URI = "urn:leasestar:openapi"
 LIST = "/v1/applicants"
 RECORD = "/v1/applicants/{id}"
 HEALTH = "/health"
+METRICS = "/metrics"
 
 SORTABLE = (
     "id",
@@ -171,9 +172,9 @@ async def test_every_route_is_documented(client: Client, document: Document) -> 
     served = {
         re.sub(r"\{(\w+):\w+\}", r"{\1}", route.path)
         for route in client.app.routes
-        if not route.path.startswith("/schema") and route.path != "/metrics"
+        if not route.path.startswith("/schema")
     }
-    assert served == {LIST, RECORD, HEALTH}
+    assert served == {LIST, RECORD, HEALTH, METRICS}
     assert set(document["paths"]) == served
     assert document["paths"][LIST]["get"]["operationId"] == "listApplicants"
     assert document["paths"][RECORD]["get"]["operationId"] == "getApplicant"
@@ -245,6 +246,7 @@ async def test_every_error_status_is_documented_with_the_error_body(document: Do
         LIST: {400, 401, 405, 414, 429, 431, 500},
         RECORD: {400, 401, 404, 405, 414, 429, 431, 500},
         HEALTH: {400, 405, 414, 431, 500, 503},
+        METRICS: {400, 405, 414, 431, 500},
     }
     for path, statuses in expected.items():
         documented = document["paths"][path]["get"]["responses"]
@@ -406,6 +408,14 @@ async def test_rate_limited_responses_conform(limited_client: Client, document: 
     assert refused.status_code == 429
     assert int(refused.headers["retry-after"]) > 0
     assert_conforms(document, LIST, refused)
+
+
+async def test_metrics_conform(client: Client, document: Document) -> None:
+    response = await client.get(METRICS, headers={"Authorization": ""})
+    assert response.status_code == 200
+    documented = document["paths"][METRICS]["get"]["responses"]["200"]["content"]
+    assert response.headers["content-type"].split(";")[0] in documented
+    assert "leasestar_applicants " in response.text
 
 
 async def test_health_conforms(client: Client, document: Document, seeded_db: Path) -> None:
