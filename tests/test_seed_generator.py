@@ -4,13 +4,16 @@
 writer stores them unchecked, so these tests hold it to the contract instead: the
 bytes are the canonical encoding of the Applicant they decode to, the fields are that
 Applicant's, the stream is deterministic, and the data keeps the variety the API
-tests rely on.
+tests rely on. And the data is plausible: the bounds it is held to below are written
+here, from what real applicants, pets and incomes look like, not from the generator's
+own tables.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from datetime import datetime
+from datetime import date, datetime, timedelta
+from decimal import Decimal
 
 import msgspec
 import pytest
@@ -103,3 +106,183 @@ def test_the_data_is_varied_and_awkward_on_purpose(applicants: list[Applicant]) 
     for record in applicants:
         by_x_id.setdefault(record.x_id, set()).add(record.integration_id)
     assert all(len(integrations) == 2 for integrations in by_x_id.values())
+
+
+# --- plausibility ---------------------------------------------------------------------
+
+PLAUSIBILITY_SEEDS = (7, 2024)  # 7: the data set the API tests serve (tests/conftest.py)
+
+
+@pytest.fixture(scope="module")
+def two_seeds() -> list[Applicant]:
+    return [record for seed in PLAUSIBILITY_SEEDS for record in synthetic_applicants(COUNT, seed)]
+
+
+def instant(text: str | None) -> datetime:
+    assert text is not None
+    return datetime.fromisoformat(text)
+
+
+def test_instants_are_in_order_in_every_record_and_nested_item(
+    two_seeds: list[Applicant],
+) -> None:
+    for record in two_seeds:
+        created, updated, seen = (
+            instant(record.created_at),
+            instant(record.updated_at),
+            instant(record.last_seen),
+        )
+        assert created <= updated <= seen, record.id
+        for pet in record.pets:
+            pet_created, pet_updated, pet_seen = (
+                instant(pet.created_at),
+                instant(pet.updated_at),
+                instant(pet.last_seen),
+            )
+            assert pet_created <= pet_updated <= pet_seen, pet.id
+            # A pet is part of its record: listed no earlier than the record was
+            # created, changed no later than the record last changed, seen with it.
+            assert created <= pet_created, pet.id
+            assert pet_updated <= updated, pet.id
+            assert pet_seen <= seen, pet.id
+        for screening in record.screenings:
+            screening_created, screening_seen = (
+                instant(screening.created_at),
+                instant(screening.last_seen),
+            )
+            ran = instant(screening.screening_date)
+            assert screening_created <= screening_seen, screening.id
+            assert created <= screening_created, screening.id
+            assert screening_seen <= seen, screening.id
+            # Screened after the application came in, within days, before last seen.
+            assert screening_created <= ran <= screening_created + timedelta(days=30), screening.id
+            assert ran <= screening_seen, screening.id
+
+
+# Adult weights in lb, by type, with some slack over the usual range; a dog's size class
+# narrows it for the breeds named.
+PET_WEIGHTS = {
+    "dog": (4.0, 120.0),
+    "cat": (5.0, 22.0),
+    "bird": (0.02, 4.0),
+    "fish": (0.005, 1.0),
+    "reptile": (0.05, 8.0),
+    "rabbit": (1.0, 12.0),
+}
+SMALL_DOGS = {"Shih Tzu", "Pug", "Dachshund", "Boston Terrier", "French Bulldog", "Maltese",
+              "Cavalier King Charles Spaniel", "Yorkshire Terrier", "Chihuahua"}  # fmt: skip
+LARGE_DOGS = {"Labrador Retriever", "Labrador", "Golden Retriever", "German Shepherd", "Boxer",
+              "Standard Poodle", "Rottweiler", "Doberman"}  # fmt: skip
+SMALL_DOG_WEIGHT = (4.0, 30.0)
+LARGE_DOG_WEIGHT = (40.0, 120.0)
+# Oldest plausible age in years, by type.
+PET_AGES = {"dog": 20, "cat": 25, "bird": 60, "fish": 20, "reptile": 40, "rabbit": 14}
+
+
+def test_every_pet_weighs_and_is_as_old_as_its_kind(two_seeds: list[Applicant]) -> None:
+    types_of_breed: dict[str | None, set[str | None]] = {}
+    for record in two_seeds:
+        for pet in record.pets:
+            assert pet.type in PET_WEIGHTS, pet.type
+            assert pet.weight_in_pounds is not None
+            assert pet.age_in_years is not None
+            lightest, heaviest = PET_WEIGHTS[pet.type]
+            if pet.type == "dog" and pet.breed in SMALL_DOGS:
+                lightest, heaviest = SMALL_DOG_WEIGHT
+            elif pet.type == "dog" and pet.breed in LARGE_DOGS:
+                lightest, heaviest = LARGE_DOG_WEIGHT
+            assert lightest <= pet.weight_in_pounds <= heaviest, (pet.type, pet.breed, pet)
+            assert 0 <= pet.age_in_years <= PET_AGES[pet.type], (pet.type, pet.age_in_years)
+            types_of_breed.setdefault(pet.breed, set()).add(pet.type)
+    # A breed is of one kind of animal: no Siamese dogs, no Labrador cats.
+    assert {breed: types for breed, types in types_of_breed.items() if len(types) > 1} == {}
+    assert {"dog", "cat"} <= {pet.type for record in two_seeds for pet in record.pets}
+
+
+def test_pet_answers_fit_the_animal(two_seeds: list[Applicant]) -> None:
+    pets = [pet for record in two_seeds for pet in record.pets]
+    assert all(pet.is_declawed is None for pet in pets if pet.type != "cat")
+    assert all(pet.is_service_animal is not True for pet in pets if pet.type != "dog")
+    assert all(
+        pet.is_fixed is None and pet.is_vaccinated is None and pet.is_trained is None
+        for pet in pets
+        if pet.type == "fish"
+    )
+    dogs = [pet for pet in pets if pet.type == "dog" and pet.is_service_animal is not None]
+    assert 0 < sum(bool(pet.is_service_animal) for pet in dogs) < len(dogs) // 4
+
+
+# An income with no period is a month's if it is under this, else a year's: nobody
+# renting reports a yearly income under $20,000 as such, nor a monthly one over it.
+MONTHLY_BELOW = Decimal(20_000)
+
+
+def annual(income_dollars: Decimal) -> Decimal:
+    return income_dollars * 12 if income_dollars < MONTHLY_BELOW else income_dollars
+
+
+def test_self_reported_incomes_are_a_renters(two_seeds: list[Applicant]) -> None:
+    totals = []
+    for record in two_seeds:
+        total = Decimal(0)
+        for income in record.self_reported_income:
+            assert income.amount_in_cents is not None
+            assert income.amount_raw is not None
+            # amount_raw is the source's text of the same amount: "$4,250.00".
+            assert income.amount_raw.startswith("$"), income.amount_raw
+            dollars = Decimal(income.amount_raw[1:].replace(",", ""))
+            assert dollars * 100 == income.amount_in_cents, income
+            assert Decimal(1_000) <= annual(dollars) <= Decimal(1_000_000), income
+            total += annual(dollars)
+        if record.self_reported_income:
+            totals.append(total)
+    assert len(totals) > len(two_seeds) // 2
+    # Mostly $20k-$200k a year, almost all $15k-$300k; some monthly amounts, a few high.
+    renters = sum(Decimal(20_000) <= total <= Decimal(200_000) for total in totals)
+    assert renters >= 0.85 * len(totals)
+    assert sum(Decimal(15_000) <= total <= Decimal(300_000) for total in totals) >= 0.95 * len(
+        totals
+    )
+    amounts = [
+        income.amount_in_cents
+        for record in two_seeds
+        for income in record.self_reported_income
+        if income.amount_in_cents is not None
+    ]
+    assert any(cents < MONTHLY_BELOW * 100 for cents in amounts)  # monthly amounts
+    assert any(total > 200_000 for total in totals)  # and the occasional high earner
+
+
+def test_applicants_are_adults(two_seeds: list[Applicant]) -> None:
+    ages = []
+    for record in two_seeds:
+        if record.date_of_birth is None:
+            continue
+        born, applied = date.fromisoformat(record.date_of_birth), instant(record.created_at).date()
+        age = applied.year - born.year - ((applied.month, applied.day) < (born.month, born.day))
+        assert 18 <= age <= 100, (record.id, record.date_of_birth, record.created_at)
+        ages.append(age)
+    assert len(ages) > len(two_seeds) // 2
+    assert len(set(ages)) > 30
+
+
+def test_no_implausible_combinations(two_seeds: list[Applicant]) -> None:
+    places = {(record.city, record.state) for record in two_seeds if record.city and record.state}
+    zip_prefixes: dict[str | None, set[str]] = {}
+    for record in two_seeds:
+        if record.city and record.zip:
+            zip_prefixes.setdefault(record.city, set()).add(record.zip[:3])
+    for record in two_seeds:
+        # A phone's type comes with the phone.
+        assert record.phone_1_type is None or record.phone_1 is not None, record.id
+        assert record.phone_2_type is None or record.phone_2 is not None, record.id
+        # The alternate address is one place, in the same city, state and zip.
+        if record.city_alternate and record.state_alternate:
+            assert (record.city_alternate, record.state_alternate) in places, record.id
+        if record.city_alternate and record.zip_alternate:
+            assert record.zip_alternate[:3] in zip_prefixes[record.city_alternate], record.id
+        # A guarantor does not live in the unit, and neither do pets of theirs.
+        if "GUARANTOR" in (record.type_normalized, (record.type_raw or "").upper()):
+            assert record.pets == [], record.id
+    # Each phone type is still sometimes null beside a phone, and sometimes filled.
+    assert {record.phone_2_type is None for record in two_seeds if record.phone_2} == {True, False}
