@@ -186,7 +186,8 @@ class ApplicantController(Controller):
         self, request: Request[TokenHolder, Any, State]
     ) -> Response[ApplicantList]:
         """Applicants matching the filters and the token's scope, one page at a time."""
-        codec: CursorCodec = request.app.state.cursor_codec
+        database_codec: CursorCodec = request.app.state.cursor_codec
+        codec = database_codec.for_scope(_scope(request))
         query = _list_query(request.scope["query_string"], codec)
         if (not_modified := await _not_modified(request, ApplicantList)) is not None:
             return not_modified

@@ -9,7 +9,10 @@ meanwhile.
 
 The payload is signed with HMAC-SHA256 under a key kept in the database
 (`sync_state.cursor_key`): a tampered, truncated or foreign cursor is refused with a 400
-before anything of it is used.
+before anything of it is used. Each token scope signs with a key of its own, derived
+from that one (`CursorCodec.for_scope`), so a cursor works only for tokens of the scope
+that received it: replayed under another scope, it would start that scope's walk at a
+position counted in another set of records.
 """
 
 from __future__ import annotations
@@ -45,14 +48,32 @@ class CursorState(msgspec.Struct, frozen=True, array_like=True, forbid_unknown_f
 
 _encoder = msgspec.json.Encoder()
 _decoder = msgspec.json.Decoder(CursorState)
-_INVALID = "cursor is not valid: use meta.next exactly as it was returned"
+_INVALID = (
+    "cursor is not valid: use meta.next exactly as it was returned, with a token of the "
+    "same integration scope"
+)
 
 
 class CursorCodec:
-    """Signs and verifies cursors with one database's key."""
+    """Signs and verifies cursors with one database's key (and one token scope's)."""
 
     def __init__(self, key: bytes) -> None:
         self._key = key
+        self._scoped: dict[frozenset[str] | None, CursorCodec] = {}
+
+    def for_scope(self, scope: frozenset[str] | None) -> CursorCodec:
+        """The codec of one token scope (None: every integration), made once per scope
+        and then reused, so a parsed query's cache entry keys on it cheaply."""
+        codec = self._scoped.get(scope)
+        if codec is None:
+            # Scope ids sorted and NUL-separated: NUL cannot occur in an integration id
+            # given in a token (the CLI takes them as arguments).
+            label = b"all" if scope is None else b"only\0" + b"\0".join(
+                sorted(integration.encode() for integration in scope)
+            )
+            codec = CursorCodec(hmac.digest(self._key, b"cursor scope\0" + label, "sha256"))
+            self._scoped[scope] = codec
+        return codec
 
     def _sign(self, payload: bytes) -> bytes:
         # hmac.digest with the digest's name: the one-call form, computed by OpenSSL.

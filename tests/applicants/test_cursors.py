@@ -341,6 +341,31 @@ async def test_a_scoped_token_walks_only_its_integrations(
         assert [i for page in pages for i in page] == expected_ids(visible, "middle_name:desc")
 
 
+async def test_a_cursor_works_only_for_the_token_scope_that_received_it(
+    seeded_db: Path, token: str
+) -> None:
+    """Replayed under another scope, a cursor would start that scope's walk at a position
+    counted among other records: it is refused like a tampered one. Another token of the
+    same scope may go on with it."""
+    connection = open_for_write(seeded_db)
+    try:
+        yardi = create_token(connection, "yardi", ["int_yardi_01"])
+        yardi_too = create_token(connection, "yardi-too", ["int_yardi_01"])
+        entrata = create_token(connection, "entrata", ["int_entrata_01"])
+    finally:
+        connection.close()
+    async with AsyncTestClient(app=create_app(Settings(db_path=seeded_db))) as client:
+        client.headers["Authorization"] = f"Bearer {yardi}"
+        first = await get_ok(client, {"limit": 3})
+        cursor = first["meta"]["next"]
+        second = await get_ok(client, {"cursor": cursor})
+        client.headers["Authorization"] = f"Bearer {yardi_too}"
+        assert await get_ok(client, {"cursor": cursor}) == second
+        for other in (entrata, token):
+            client.headers["Authorization"] = f"Bearer {other}"
+            await assert_bad_cursor(client, cursor)
+
+
 # --- parameters given with a cursor ------------------------------------------------------
 
 
@@ -498,8 +523,9 @@ async def test_garbage_is_refused(client: Client) -> None:
 
 
 def foreign_cursor(state: CursorState, key: bytes) -> str:
-    """A cursor in the app's own format, signed with `key`."""
-    return CursorCodec(key).encode(state)
+    """A cursor in the app's own format, signed as a database of `key` signs cursors for
+    an unscoped token (the tests' `token`)."""
+    return CursorCodec(key).for_scope(None).encode(state)
 
 
 def a_state(**changes: Any) -> CursorState:
