@@ -68,8 +68,10 @@ class CursorCodec:
         if codec is None:
             # Scope ids sorted and NUL-separated: NUL cannot occur in an integration id
             # given in a token (the CLI takes them as arguments).
-            label = b"all" if scope is None else b"only\0" + b"\0".join(
-                sorted(integration.encode() for integration in scope)
+            label = (
+                b"all"
+                if scope is None
+                else b"only\0" + b"\0".join(sorted(integration.encode() for integration in scope))
             )
             codec = CursorCodec(hmac.digest(self._key, b"cursor scope\0" + label, "sha256"))
             self._scoped[scope] = codec
