@@ -430,7 +430,7 @@ def build_where(
     scope: frozenset[str] | None,
     *,
     walk_order: bool = False,
-    anchor: SqlFragment | None = None,
+    keyset: SqlFragment | None = None,
 ) -> SqlFragment:
     """WHERE clause (possibly empty) for the filters and the token's integration scope.
 
@@ -438,6 +438,7 @@ def build_where(
     property) are written `+column`, which keeps SQLite from answering them with their
     own index: it then walks the ordering's index and filters as it goes, which beats
     collecting and sorting every match when matches are many (see storage.py).
+    `keyset` is one more clause: a range of a page's keyset (see `build_page_select`).
     """
     clauses: list[str] = []
     params: list[Any] = []
@@ -466,12 +467,12 @@ def build_where(
         clauses.append("change_seq > ?")
         params.append(query.changed_since)
     if query.after is not None:
-        keyset = build_keyset(total_order(query.order_by), query.after)
+        after = build_keyset(total_order(query.order_by), query.after)
+        clauses.append(after.sql)
+        params.extend(after.params)
+    if keyset is not None:
         clauses.append(keyset.sql)
         params.extend(keyset.params)
-    if anchor is not None:
-        clauses.append(anchor.sql)
-        params.extend(anchor.params)
     if scope is not None:
         ordered = sorted(scope)
         clauses.append(f"{hint}integration_id IN ({', '.join('?' * len(ordered))})")
@@ -513,7 +514,7 @@ def build_order_by(order_by: tuple[SortKey, ...]) -> str:
 
 
 def _after_one(
-    column: str, direction: str, value: KeyValue, or_equal: bool = False
+    column: str, direction: str, value: KeyValue, *, or_equal: bool, nullable: bool
 ) -> tuple[str, tuple[KeyValue, ...]]:
     """SQL for "column comes after value" (or equals it) in the contract's null placement."""
     if direction == "asc":  # nulls first
@@ -523,25 +524,35 @@ def _after_one(
     # desc: nulls last, so nothing comes after a null but other nulls (left to the tiebreak)
     if value is None:
         return "0", ()
-    return f"({column} {'<=' if or_equal else '<'} ? OR {column} IS NULL)", (value,)
+    smaller = f"{column} {'<=' if or_equal else '<'} ?"
+    return (f"({smaller} OR {column} IS NULL)" if nullable else smaller), (value,)
 
 
-def build_keyset(
-    keys: tuple[SortKey, ...], values: tuple[KeyValue, ...], *, inclusive: bool = False
-) -> SqlFragment:
-    """WHERE fragment for "after these key values" in the total order `keys` (or "at or
-    after" them, with `inclusive`: the last key is unique and never null).
-
-    When every key runs one way and no value is null this is a row-value comparison,
-    which SQLite answers with one index seek; otherwise the expanded form
-    `k1 after v1 OR (k1 = v1 AND k2 after v2) OR ...`.
-    """
+def _keys_up_to_id(
+    keys: tuple[SortKey, ...], values: tuple[KeyValue, ...]
+) -> tuple[tuple[SortKey, ...], tuple[KeyValue, ...]]:
     # Ids are unique, so keys after `id` (`order-by=id,first_name`) decide nothing; and
     # kept, a null among them made "at or after" drop the row it starts from.
     fields = [key.field for key in keys]
     if "id" in fields[:-1]:
         cut = fields.index("id") + 1
-        keys, values = keys[:cut], values[:cut]
+        return keys[:cut], values[:cut]
+    return keys, values
+
+
+def _keyset_range(
+    keys: tuple[SortKey, ...],
+    values: tuple[KeyValue, ...],
+    inclusive: bool,
+    not_null: frozenset[str],
+) -> SqlFragment:
+    """The rows after these key values as one predicate, knowing `not_null` fields non-null.
+
+    When every key runs one way and no value is null this is a row-value comparison,
+    which SQLite answers with one index seek; otherwise the expanded form
+    `k1 after v1 OR (k1 = v1 AND k2 after v2) OR ...`, led by a plain range on k1 when
+    its value bounds the walk on one side.
+    """
     columns = [_ORDER_COLUMNS[key.field] for key in keys]
     directions = {key.direction for key in keys}
     # Descending, nulls come last, but `(a, b) < (?, ?)` is not true for a null a or b:
@@ -549,7 +560,7 @@ def build_keyset(
     if (
         len(directions) == 1
         and None not in values
-        and (directions == {"asc"} or all(key.field in _NOT_NULL_KEYS for key in keys))
+        and (directions == {"asc"} or all(key.field in not_null for key in keys))
     ):
         op = (">" if directions == {"asc"} else "<") + ("=" if inclusive else "")
         placeholders = ", ".join("?" * len(values))
@@ -564,17 +575,147 @@ def build_keyset(
             else:
                 equal.append(f"{previous_column} = ?")
                 params.append(previous)
-        last = index == len(keys) - 1
-        after_sql, after_params = _after_one(column, key.direction, value, inclusive and last)
+        after_sql, after_params = _after_one(
+            column,
+            key.direction,
+            value,
+            or_equal=inclusive and index == len(keys) - 1,
+            nullable=key.field not in not_null,
+        )
         params.extend(after_params)
         alternatives.append("(" + " AND ".join([*equal, after_sql]) + ")")
     expanded = "(" + " OR ".join(alternatives) + ")"
     first, first_value = keys[0], values[0]
-    if first_value is not None and (first.direction == "asc" or first.field in _NOT_NULL_KEYS):
+    if first_value is not None and (first.direction == "asc" or first.field in not_null):
         # Implied by the expansion, but a plain range SQLite can seek the index with.
         op = ">=" if first.direction == "asc" else "<="
         return SqlFragment(f"{columns[0]} {op} ? AND {expanded}", (first_value, *params))
     return SqlFragment(expanded, tuple(params))
+
+
+def keyset_ranges(
+    keys: tuple[SortKey, ...], values: tuple[KeyValue, ...], *, inclusive: bool = False
+) -> tuple[SqlFragment, ...]:
+    """The rows after these key values in the total order `keys` (or at or after them,
+    with `inclusive`: the last key is unique and never null), as one or two disjoint
+    predicates, in walk order, each a single range of the first key's index.
+
+    SQLite seeks an index only for one range of its first column, and a range never
+    holds nulls: `k < ?` stops at them, `k IS NULL` is nothing but them. So when the
+    rows after a cursor span both a null block and non-null values of the first key,
+    one predicate (`k < ? OR k IS NULL`) would make SQLite walk the index from its far
+    end to the cursor, a cost growing with depth. Instead each side is its own range:
+
+    * asc after a value, or a key that is never null: one range from the value (the
+      nulls, first, are all behind it);
+    * desc after a value: the smaller values, then the trailing null block;
+    * desc after a null: the rest of the null block, by the keys after it;
+    * asc after a null: the rest of the null block, then every non-null value.
+    """
+    keys, values = _keys_up_to_id(keys, values)
+    first, value = keys[0], values[0]
+    column = _ORDER_COLUMNS[first.field]
+    if first.field in _NOT_NULL_KEYS or (first.direction == "asc" and value is not None):
+        return (_keyset_range(keys, values, inclusive, _NOT_NULL_KEYS),)
+    if value is not None:
+        smaller = _keyset_range(keys, values, inclusive, _NOT_NULL_KEYS | {first.field})
+        return smaller, SqlFragment(f"{column} IS NULL")
+    # A nullable key is never the last: the total order ends with a unique key.
+    tail = _keyset_range(keys[1:], values[1:], inclusive, _NOT_NULL_KEYS)
+    among_nulls = SqlFragment(f"{column} IS NULL AND {tail.sql}", tail.params)
+    if first.direction == "desc":
+        return (among_nulls,)
+    # `k IS NOT NULL` seeks too: SQLite starts the walk just past the nulls.
+    return among_nulls, SqlFragment(f"{column} IS NOT NULL")
+
+
+def build_keyset(
+    keys: tuple[SortKey, ...], values: tuple[KeyValue, ...], *, inclusive: bool = False
+) -> SqlFragment:
+    """WHERE fragment for "after these key values" in the total order `keys` (or "at or
+    after" them, with `inclusive`: the last key is unique and never null).
+
+    One predicate: exact, but when it joins two ranges (see `keyset_ranges`) SQLite
+    cannot seek it; pages are read by `build_page_select`, which seeks each range.
+    """
+    ranges = keyset_ranges(keys, values, inclusive=inclusive)
+    if len(ranges) == 1:
+        return ranges[0]
+    return SqlFragment(
+        "(" + " OR ".join(f"({part.sql})" for part in ranges) + ")",
+        tuple(param for part in ranges for param in part.params),
+    )
+
+
+@lru_cache(maxsize=4096)  # pure; the same few query shapes recur on every request
+def build_page_select(
+    query: ApplicantQuery,
+    scope: frozenset[str] | None,
+    *,
+    limit: int,
+    skip: int,
+    walk_order: bool = False,
+    start: tuple[KeyValue, ...] | None = None,
+) -> SqlFragment:
+    """The statement reading a page: the rows (body, change_seq) of the matches in the
+    total order, `limit` of them after skipping `skip`; after the cursor's key values
+    (`query.after`), or else at or after `start` (a checkpoint's key values), else from
+    the first match.
+
+    When the keyset is two ranges (see `keyset_ranges`), each is one arm of a UNION ALL.
+    SQLite runs a compound's ORDER BY as a merge of its arms, each walking its own range
+    of the index in order, so the page still reads about `limit` rows at any depth. A
+    compound's ORDER BY names result columns, so the arms select the order's columns.
+    """
+    keys = total_order(query.order_by)
+    if query.after is not None:
+        ranges = keyset_ranges(keys, query.after)
+    elif start is not None:
+        ranges = keyset_ranges(keys, start, inclusive=True)
+    else:
+        ranges = ()
+    unkeyed = msgspec.structs.replace(query, after=None)
+    order_by = build_order_by(query.order_by)
+    if len(ranges) <= 1:
+        where = build_where(
+            unkeyed, scope, walk_order=walk_order, keyset=ranges[0] if ranges else None
+        )
+        return SqlFragment(
+            f"SELECT body, change_seq FROM applicants {where.sql} {order_by} LIMIT ? OFFSET ?",
+            (*where.params, limit, skip),
+        )
+    first, then = ranges
+    first_where = build_where(unkeyed, scope, walk_order=walk_order, keyset=first)
+    then_where = build_where(unkeyed, scope, walk_order=walk_order, keyset=then)
+    # change_seq is selected already (and is never null: it never leads two ranges).
+    columns = ", ".join(c for c in order_columns(query.order_by) if c != "change_seq")
+    select = f"SELECT body, change_seq, {columns} FROM applicants"
+    # The merge starts by reading each arm's first row; where the index is not (key, id)
+    # (last_name's) that means sorting a whole null block or group of ties, even for a
+    # page that never reaches it. The second range comes wholly after the first, so it
+    # is limited to the rows the page still wants after the first range's: none while
+    # the first fills the page. SQLite evaluates a LIMIT once, before the walk (a WHERE
+    # condition on a subquery it would test on every row of the range instead).
+    # Bound values are 64-bit: near the largest offset, skip + limit would not fit (and
+    # no table holds that many rows, so the cap changes nothing).
+    wanted = min(skip + limit, MAX_OFFSET)
+    still_wanted = (
+        f"max(0, ? - (SELECT count(*) FROM (SELECT 1 FROM applicants {first_where.sql} LIMIT ?)))"
+    )
+    return SqlFragment(
+        f"{select} {first_where.sql} UNION ALL SELECT * FROM "
+        f"({select} {then_where.sql} {order_by} LIMIT {still_wanted}) "
+        f"{order_by} LIMIT ? OFFSET ?",
+        (
+            *first_where.params,
+            *then_where.params,
+            wanted,
+            *first_where.params,
+            wanted,
+            limit,
+            skip,
+        ),
+    )
 
 
 def phone_digits(phone: str | None) -> str | None:

@@ -24,8 +24,8 @@ from app.applicants.query import (
     FILTER_ORDER_INDEXES,
     ApplicantQuery,
     SqlFragment,
-    build_keyset,
     build_order_by,
+    build_page_select,
     build_where,
     order_columns,
     total_order,
@@ -177,7 +177,7 @@ class ApplicantReader:
         # A cursor page's total counts the whole walk, not what is left after the cursor.
         count_where = build_where(msgspec.structs.replace(query, after=None), scope)
         walk_order = await self._walk_order(query, scope, count_where)
-        anchor: SqlFragment | None = None
+        start: tuple[KeyValue, ...] | None = None  # a checkpoint's key values
         skip = query.sql_offset
         checkpoint_key = (count_where.sql, count_where.params, query.order_by)
         checkpoint_version = None
@@ -189,9 +189,9 @@ class ApplicantReader:
             checkpoint_version, anchors = await self._anchors(query, scope, walk_order)
             if anchors:
                 index = min(query.offset // CHECKPOINT_EVERY, len(anchors) - 1)
-                anchor = build_keyset(total_order(query.order_by), anchors[index], inclusive=True)
+                start = anchors[index]
                 skip = query.offset - index * CHECKPOINT_EVERY
-        page = await self._read_page(query, scope, count_where, walk_order, anchor, skip)
+        page = await self._read_page(query, scope, count_where, walk_order, start, skip)
         if checkpoint_version is not None and page.data_version != checkpoint_version:
             # A write landed since the checkpoints were read: their positions may have
             # moved. Serve this page by plain offset and rebuild them next time.
@@ -245,17 +245,15 @@ class ApplicantReader:
         scope: frozenset[str] | None,
         count_where: SqlFragment,
         walk_order: bool,
-        anchor: SqlFragment | None,
+        start: tuple[KeyValue, ...] | None,
         skip: int,
     ) -> ApplicantPage:
-        where = build_where(query, scope, walk_order=walk_order, anchor=anchor)
-        page_sql = (
-            f"SELECT body, change_seq FROM applicants {where.sql} "
-            f"{build_order_by(query.order_by)} LIMIT ? OFFSET ?"
-        )
         # A cursor page reads one record more, to know whether another follows it.
         peek = 1 if query.after is not None else 0
-        page_params = (*where.params, query.limit + peek, skip)
+        statement = build_page_select(
+            query, scope, limit=query.limit + peek, skip=skip, walk_order=walk_order, start=start
+        )
+        page_sql, page_params = statement.sql, statement.params
         # CAST AS BLOB hands Python the UTF-8 bytes as stored: no decoding of the page
         # into a str and encoding it back. Only the sync feed needs the records' change
         # sequence numbers (its position and its cursor are the last one).

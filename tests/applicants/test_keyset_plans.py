@@ -1,0 +1,277 @@
+"""Cursor pages seek the order's index at any depth (issue 7), nulls included.
+
+A cursor page costs the same at any depth only if SQLite starts its index walk at the
+cursor. SQLite seeks an index for one range of its first column, and a range never
+holds nulls; so a keyset over a nullable first key that ran into or out of the null
+block used to be one OR that SQLite answered by walking the index from its far end
+(`SCAN applicants USING INDEX ...`). These tests ask SQLite itself: the statement the
+real reader runs for a cursor page is EXPLAINed over the seeded database, for every
+sortable field and direction, with the cursor's value null and not null, and the
+page it serves is checked against the same page read with LIMIT/OFFSET.
+
+Expected pages come from plain `ORDER BY ... LIMIT/OFFSET` (SQLite's null placement is
+the contract's), or for the keyset parts from a Python sort by the contract's rules.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sqlite3
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any, cast
+from unittest.mock import patch
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from app.applicants import storage
+from app.applicants.cursors import KeyValue, key_values
+from app.applicants.query import (
+    MAX_OFFSET,
+    SORTABLE_FIELDS,
+    ApplicantQuery,
+    build_order_by,
+    keyset_ranges,
+    order_columns,
+    parse_order_by,
+    total_order,
+)
+from app.applicants.records import SortKey
+from app.applicants.storage import ApplicantReader
+from app.database import ReadPool, read_uri
+
+# The sortable columns schema.sql lets be null (checked against the schema below).
+NULLABLE = (
+    "first_name",
+    "middle_name",
+    "last_name",
+    "email_1",
+    "date_of_birth",
+    "city",
+    "state",
+    "zip",
+)
+LIMIT = 10
+# Orderings of several keys led by a nullable one: the lead key's range bounds the walk.
+MULTI_KEY = (
+    "middle_name:desc,last_name:asc",
+    "email_1:asc,created_at:desc",
+    "city:desc,state:desc,zip:asc",
+    "state:asc,middle_name:desc,first_name:asc,zip:desc",
+    "zip:desc,id:asc",
+)
+
+
+class RecordingPool:
+    """Runs each statement on one sqlite3 connection and keeps it, to EXPLAIN later."""
+
+    def __init__(self, connection: sqlite3.Connection) -> None:
+        self.connection = connection
+        self.statements: list[tuple[str, tuple[Any, ...]]] = []
+
+    async def fetchall(self, sql: str, parameters: Sequence[Any] = ()) -> list[Any]:
+        self.statements.append((sql, tuple(parameters)))
+        return self.connection.execute(sql, parameters).fetchall()
+
+    fetchall_on_pool = fetchall
+
+
+@pytest.fixture(scope="module")
+def seeded(seeded_template: Path) -> Iterator[sqlite3.Connection]:
+    """The 300 seeded applicants, read-only (every null block and tie of the seed)."""
+    connection = sqlite3.connect(read_uri(seeded_template), uri=True, check_same_thread=False)
+    yield connection
+    connection.close()
+
+
+def ordered_rows(connection: sqlite3.Connection, order: tuple[SortKey, ...]) -> list[Any]:
+    """(id, body, change_seq, lead value) of every record, in the order."""
+    lead = order_columns(order)[0]
+    return connection.execute(
+        f"SELECT id, body, change_seq, {lead} FROM applicants {build_order_by(order)}"
+    ).fetchall()
+
+
+async def served_page(
+    connection: sqlite3.Connection, query: ApplicantQuery
+) -> tuple[list[str], str, str]:
+    """The ids the real reader serves for `query`, its page statement and that
+    statement's plan as SQLite reports it."""
+    pool = RecordingPool(connection)
+    page = await ApplicantReader(cast(ReadPool, pool)).fetch_page(query, None)
+    (sql, params), *others = [s for s in pool.statements if "LIMIT ? OFFSET ?" in s[0]]
+    assert not others
+    plan = "\n".join(row[3] for row in connection.execute(f"EXPLAIN QUERY PLAN {sql}", params))
+    ids = [record["id"] for record in json.loads(b"[" + page.results_json + b"]")]
+    return ids, sql, plan
+
+
+async def check_cursor_page(
+    connection: sqlite3.Connection, order: tuple[SortKey, ...], position: int
+) -> str:
+    """Serve the cursor page after the record at `position` - 1; check it is the OFFSET
+    page and that its statement seeks; return the plan."""
+    rows = ordered_rows(connection, order)
+    _, body, change_seq, _ = rows[position - 1]
+    after = key_values(total_order(order), body, change_seq)
+    query = ApplicantQuery(limit=LIMIT, order_by=order, after=after, offset=position)
+    ids, sql, plan = await served_page(connection, query)
+    assert ids == [row[0] for row in rows[position : position + LIMIT]], sql
+    assert "SCAN applicants" not in plan, f"{sql}\n{plan}"
+    assert "SEARCH applicants" in plan, f"{sql}\n{plan}"
+    return plan
+
+
+def test_the_nullable_sortable_fields_are_the_schemas(seeded: sqlite3.Connection) -> None:
+    columns = seeded.execute("PRAGMA table_info(applicants)").fetchall()
+    nullable = {name for _, name, _, not_null, _, _ in columns if not not_null}
+    assert nullable & set(SORTABLE_FIELDS) == set(NULLABLE)
+    for field in NULLABLE:  # the seed has a null block to walk into and out of
+        (nulls,) = seeded.execute(
+            f"SELECT count(*) FROM applicants WHERE {field} IS NULL"
+        ).fetchone()
+        assert nulls, field
+
+
+CURSOR_CASES = [
+    pytest.param(field, direction, lead, id=f"{field}-{direction}-{lead}")
+    for field in SORTABLE_FIELDS
+    for direction in ("asc", "desc")
+    for lead in (("value", "null") if field in NULLABLE else ("value",))
+]
+
+
+@pytest.mark.parametrize(("field", "direction", "lead"), CURSOR_CASES)
+async def test_a_cursor_page_seeks_the_orders_index(
+    seeded: sqlite3.Connection, field: str, direction: str, lead: str
+) -> None:
+    """The cursor is the deepest record whose lead value is (or is not) null that still
+    has a full page after it: as deep as the seed allows, so a scan from either end
+    would have rows to wade through."""
+    order = parse_order_by(f"{field}:{direction}")
+    rows = ordered_rows(seeded, order)
+    positions = [
+        index + 1
+        for index, row in enumerate(rows[: -LIMIT - 1])
+        if (row[3] is None) == (lead == "null")
+    ]
+    plan = await check_cursor_page(seeded, order, positions[len(positions) * 3 // 4])
+    assert f"applicants_by_{field}" in plan or field == "id", plan
+
+
+@pytest.mark.parametrize("direction", ["asc", "desc"])
+@pytest.mark.parametrize("field", NULLABLE)
+async def test_a_page_across_the_null_block_edge_is_the_offset_page(
+    seeded: sqlite3.Connection, field: str, direction: str
+) -> None:
+    """A page that starts on one side of the null block's edge and ends on the other:
+    desc walks from the values into the trailing nulls, asc out of the leading nulls."""
+    order = parse_order_by(f"{field}:{direction}")
+    rows = ordered_rows(seeded, order)
+    edge = next(i for i in range(1, len(rows)) if (rows[i - 1][3] is None) != (rows[i][3] is None))
+    for position in (edge - LIMIT + 1, edge - 3, edge - 1, edge, edge + 1):
+        await check_cursor_page(seeded, order, position)
+
+
+@pytest.mark.parametrize("text", MULTI_KEY)
+async def test_a_multi_key_cursor_page_seeks_its_lead_key(
+    seeded: sqlite3.Connection, text: str
+) -> None:
+    order = parse_order_by(text)
+    rows = ordered_rows(seeded, order)
+    nulls = [i + 1 for i, row in enumerate(rows[: -LIMIT - 1]) if row[3] is None]
+    values = [i + 1 for i, row in enumerate(rows[: -LIMIT - 1]) if row[3] is not None]
+    for position in (nulls[len(nulls) // 2], values[len(values) // 2], values[-1], nulls[-1]):
+        await check_cursor_page(seeded, order, position)
+
+
+@pytest.mark.parametrize("direction", ["asc", "desc"])
+@pytest.mark.parametrize("field", ["middle_name", "email_1"])
+async def test_a_deep_offset_seeks_from_its_checkpoint(
+    seeded: sqlite3.Connection, field: str, direction: str
+) -> None:
+    """Deep offsets start at a checkpoint's key values (the same keyset, at or after) and
+    skip the rest: every offset, so pages start and end on both sides of the null
+    block's edge, with and without rows to skip."""
+    order = parse_order_by(f"{field}:{direction}")
+    rows = ordered_rows(seeded, order)
+    with patch.object(storage, "CHECKPOINT_EVERY", 7), patch.object(storage, "DEEP_OFFSET", 0):
+        for offset in range(len(rows)):
+            query = ApplicantQuery(limit=LIMIT, order_by=order, offset=offset)
+            ids, sql, plan = await served_page(seeded, query)
+            assert ids == [row[0] for row in rows[offset : offset + LIMIT]], sql
+            if offset >= 7:  # served from a checkpoint
+                assert "SCAN applicants" not in plan, f"{sql}\n{plan}"
+
+
+@pytest.mark.parametrize("direction", ["asc", "desc"])
+async def test_the_largest_offset_over_two_ranges_is_an_empty_page(
+    seeded: sqlite3.Connection, direction: str
+) -> None:
+    """The page at offset 2**63 - 1 starts from the first checkpoint (a null middle name
+    ascending, a value descending: two ranges either way) and skips nearly 2**63 rows:
+    the rows it wants, skip + limit, must still fit a bound 64-bit value. Found by
+    test_pagination_properties."""
+    order = parse_order_by(f"middle_name:{direction}")
+    ids, _, _ = await served_page(
+        seeded, ApplicantQuery(limit=LIMIT, order_by=order, offset=MAX_OFFSET)
+    )
+    assert ids == []
+
+
+# --- the parts of a keyset ---------------------------------------------------------------
+
+
+def contract_compare(a: KeyValue, b: KeyValue) -> int:
+    """Nulls first; strings by code point; instants (integers) by value."""
+    if a is None or b is None:
+        return (a is not None) - (b is not None)
+    return (a > b) - (a < b)
+
+
+orders = st.lists(
+    st.tuples(st.sampled_from(sorted(SORTABLE_FIELDS)), st.sampled_from(("asc", "desc"))),
+    min_size=1,
+    max_size=4,
+    unique_by=lambda key: key[0],
+).map(lambda keys: tuple(SortKey(field, direction) for field, direction in keys))
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(order=orders, inclusive=st.booleans(), data=st.data())
+def test_keyset_parts_are_disjoint_ordered_and_exactly_the_rows_after(
+    seeded: sqlite3.Connection,
+    order: tuple[SortKey, ...],
+    inclusive: bool,
+    data: st.DataObject,
+) -> None:
+    """Each part is read as its own index range and the parts are merged by the ORDER BY:
+    together they must be the rows after the cursor, none twice, each part wholly after
+    the one before it (the walk order `keyset_ranges` promises)."""
+    keys = total_order(order)
+    columns = order_columns(order)
+    rows = seeded.execute(f"SELECT {', '.join(columns)} FROM applicants").fetchall()
+
+    def compare(a: tuple[KeyValue, ...], b: tuple[KeyValue, ...]) -> int:
+        for key, left, right in zip(keys, a, b, strict=True):
+            result = contract_compare(left, right)
+            if result:
+                return result if key.direction == "asc" else -result
+        return 0
+
+    walk = sorted(rows, key=functools.cmp_to_key(compare))
+    cursor = data.draw(st.sampled_from(walk), label="cursor")
+    expected = [row for row in walk if compare(row, cursor) > 0 or (inclusive and row == cursor)]
+    parts = keyset_ranges(keys, cursor, inclusive=inclusive)
+    assert 1 <= len(parts) <= 2
+    served: list[list[tuple[KeyValue, ...]]] = [
+        seeded.execute(
+            f"SELECT {', '.join(columns)} FROM applicants WHERE {part.sql} {build_order_by(order)}",
+            part.params,
+        ).fetchall()
+        for part in parts
+    ]
+    assert [row for part in served for row in part] == expected
