@@ -56,10 +56,17 @@ CREATE INDEX IF NOT EXISTS applicants_by_x_id ON applicants (x_id, id);
 CREATE INDEX IF NOT EXISTS applicants_by_x_property_id ON applicants (x_property_id, id);
 CREATE INDEX IF NOT EXISTS applicants_by_property_id ON applicants (property_id, created_at, id);
 CREATE INDEX IF NOT EXISTS applicants_by_integration_id ON applicants (integration_id, created_at, id);
+-- property_id's and integration_id's indexes above, and last_name's below, go on after
+-- their field in another order (a filter's default order; first_name): a sort by the
+-- field alone needs (field, id), the total order the contract gives it, or SQLite
+-- sorts every group of ties (~50-100 ms a page at 100,000 rows).
+CREATE INDEX IF NOT EXISTS applicants_sorted_by_property_id ON applicants (property_id, id);
+CREATE INDEX IF NOT EXISTS applicants_sorted_by_integration_id ON applicants (integration_id, id);
 CREATE INDEX IF NOT EXISTS applicants_by_integration_vendor ON applicants (integration_vendor, id);
 CREATE INDEX IF NOT EXISTS applicants_by_first_name ON applicants (first_name, id);
 CREATE INDEX IF NOT EXISTS applicants_by_middle_name ON applicants (middle_name, id);
 CREATE INDEX IF NOT EXISTS applicants_by_last_name ON applicants (last_name, first_name, id);
+CREATE INDEX IF NOT EXISTS applicants_sorted_by_last_name ON applicants (last_name, id);
 CREATE INDEX IF NOT EXISTS applicants_by_email_1 ON applicants (email_1, id);
 CREATE INDEX IF NOT EXISTS applicants_by_email_1_nocase ON applicants (email_1 COLLATE NOCASE);
 CREATE INDEX IF NOT EXISTS applicants_by_phone_1_digits ON applicants (phone_1_digits);
