@@ -259,9 +259,10 @@ def report(figures: dict[str, Any], command: str) -> str:
     ]
     table = "\n".join(f"| {name} | {value} | {goal} |" for name, value, goal in rows)
     trend = " → ".join(mib(kib) for kib in rss["every_second"][9::10])
+    commit = harness.git_commit()
     return f"""## Soak: reads under load while an import writes (issue 5)
 
-Command: `{command}` ({figures["date"]}; {figures["machine"]}; load average
+Command: `{command}` on commit `{commit}` ({figures["date"]}; {figures["machine"]}; load average
 {figures["load_before"]} before the run).
 
 {figures["rows"]:,} seeded applicants served by `leasestar serve --rate-limit off
