@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
+import msgspec
 from litestar.connection import ASGIConnection
 from litestar.exceptions import NotAuthorizedException
 from litestar.middleware import AbstractAuthenticationMiddleware, AuthenticationResult
@@ -110,6 +111,25 @@ def revoke_token(connection: sqlite3.Connection, name: str) -> None:
         raise TokenError(
             f"token {name!r} is already revoked" if known else f"no token named {name!r}"
         )
+
+
+# Anything shaped like one of our tokens, found inside other text (a URL a client put a
+# token in by mistake): the public id and the secret, which `redact_token_secrets` hides.
+_TOKEN_IN_TEXT: Final = re.compile(r"(lst_[0-9a-f]{12}_)[A-Za-z0-9_-]+")
+
+
+def redact_token_secrets(text: str) -> str:
+    """`text` with the secret part of every token in it replaced by `REDACTED`; the public
+    id stays, so a log line still says which token it was."""
+    if "lst_" not in text:
+        return text
+    return _TOKEN_IN_TEXT.sub(r"\1REDACTED", text)
+
+
+def scope_label(scope: frozenset[str] | None) -> bytes:
+    """A token scope as bytes, distinct for distinct scopes (a JSON array is escaped, so
+    no choice of integration ids makes two scopes look alike): keys ETags and cursors."""
+    return b"all" if scope is None else msgspec.json.encode(sorted(scope))
 
 
 def bearer_token(header: str | None) -> str | None:

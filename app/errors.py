@@ -15,6 +15,8 @@ from litestar.exceptions import HTTPException, NotAuthorizedException
 from litestar.status_codes import HTTP_500_INTERNAL_SERVER_ERROR
 from litestar.types import ExceptionHandlersMap
 
+from app.auth import redact_token_secrets
+
 logger = logging.getLogger("leasestar.errors")
 
 ERROR_CODES: dict[int, str] = {
@@ -122,7 +124,9 @@ def _http_exception(_: Request[Any, Any, Any], exc: HTTPException) -> Response[b
 
 def _unexpected(request: Request[Any, Any, Any], exc: Exception) -> Response[bytes]:
     # The log gets the trace; the client gets nothing it could learn the internals from.
-    logger.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
+    # A token pasted into a path by mistake keeps its secret out of the log here too.
+    path = redact_token_secrets(request.url.path)
+    logger.exception("unhandled error on %s %s", request.method, path, exc_info=exc)
     return error_response(HTTP_500_INTERNAL_SERVER_ERROR)
 
 

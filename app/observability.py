@@ -29,7 +29,7 @@ import msgspec
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import generate_latest
 
-from app.auth import TokenHolder
+from app.auth import TokenHolder, redact_token_secrets
 
 LogFormat = Literal["json", "text", "off"]
 REQUEST_ID_HEADER: Final = b"x-request-id"
@@ -43,7 +43,6 @@ _SAFE_REQUEST_ID: Final = re.compile(rb"[A-Za-z0-9._:-]{1,128}")
 # anything shaped like one of our tokens (a client that put its token in a URL by
 # mistake: the public id still says which token it was).
 _REDACTED_PARAMETERS: Final = frozenset({"email_1", "phone_1", "cursor"})
-_TOKEN_SECRET: Final = re.compile(r"(lst_[0-9a-f]{12}_)[A-Za-z0-9_-]+")
 # Only a query holding one of these needs the careful look.
 _REDACTION_HINTS: Final = ("email", "phone", "cursor", "lst_", "%")
 MAX_LOGGED_QUERY: Final = 1024
@@ -197,9 +196,7 @@ class ObservabilityMiddleware:
     ) -> None:
         user = scope.get("user")
         token = user.name if isinstance(user, TokenHolder) else None
-        path = scope["path"]
-        if "lst_" in path:
-            path = _TOKEN_SECRET.sub(r"\1REDACTED", path)
+        path = redact_token_secrets(scope["path"])
         query = loggable_query(scope["query_string"][:MAX_LOGGED_QUERY].decode("latin-1"))
         if self.log_format == "json":
             line = _encoder.encode(
@@ -233,7 +230,8 @@ def loggable_query(query: str) -> str:
     parts = query.split("&")
     for index, part in enumerate(parts):
         name, equals, _ = part.partition("=")
-        if unquote_plus(name) in _REDACTED_PARAMETERS or _TOKEN_SECRET.search(unquote_plus(part)):
+        decoded = unquote_plus(part)
+        if unquote_plus(name) in _REDACTED_PARAMETERS or redact_token_secrets(decoded) != decoded:
             parts[index] = f"{name}{equals}REDACTED" if equals else "REDACTED"
     return "&".join(parts)
 

@@ -233,6 +233,19 @@ async def test_500_says_nothing_about_the_internals(
         assert leak not in text, leak
 
 
+async def test_a_500_on_a_path_holding_a_token_keeps_its_secret_out_of_the_log(
+    client: Client, db: sqlite3.Connection, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Found by review: the 500 handler logged the raw path."""
+    secret = "S3cr3t-" + "x" * 36
+    db.execute("DROP TABLE applicants")
+    with caplog.at_level("ERROR"):
+        response = await client.get(f"/v1/applicants/lst_0123456789ab_{secret}")
+    assert response.status_code == 500
+    assert "lst_0123456789ab_REDACTED" in caplog.text
+    assert secret not in caplog.text
+
+
 # --- no 5xx for malformed input -----------------------------------------------------------
 
 

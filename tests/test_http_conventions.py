@@ -208,3 +208,24 @@ async def test_head_needs_the_token_like_get(plain_client: Client) -> None:
     assert response.status_code == 401
     assert response.headers["www-authenticate"] == "Bearer"
     assert response.content == b""
+
+
+async def test_etags_differ_between_scopes_whatever_the_integration_ids(
+    seeded_db: Path, token: str
+) -> None:
+    """Found by review: the unscoped token's scope was hashed as "*", and so was a scope
+    of one integration named "*": a 304 could have crossed the two."""
+    connection = open_for_write(seeded_db)
+    try:
+        star = create_token(connection, "star", ["*"])
+    finally:
+        connection.close()
+    async with AsyncTestClient(app=create_app(Settings(db_path=seeded_db))) as client:
+        tags = set()
+        for bearer in (token, star):
+            response = await client.get(
+                "/v1/applicants", headers={"Authorization": f"Bearer {bearer}"}
+            )
+            assert response.status_code == 200
+            tags.add(response.headers["etag"])
+    assert len(tags) == 2

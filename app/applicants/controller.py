@@ -38,7 +38,7 @@ from app.applicants.records import PageMeta
 from app.applicants.responses import ApplicantList, ApplicantSingle
 from app.applicants.storage import ApplicantPage, ApplicantReader
 from app.asgi import PreEncodedJSON, header_value
-from app.auth import TokenHolder
+from app.auth import TokenHolder, scope_label
 from app.errors import InvalidParameter
 from app.openapi import NOT_MODIFIED, error_responses, operation_class
 
@@ -141,7 +141,7 @@ def _etag(request: Request[TokenHolder, Any, State], version: int) -> str:
     digest = hashlib.blake2b(digest_size=8)
     digest.update(request.scope["path"].encode())
     digest.update(b"?" + request.scope["query_string"])
-    digest.update(b"*" if scope is None else "\0".join(sorted(scope)).encode())
+    digest.update(scope_label(scope))
     return f'W/"{version:x}-{digest.hexdigest()}"'
 
 

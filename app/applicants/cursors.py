@@ -25,6 +25,7 @@ from typing import Final
 import msgspec
 
 from app.applicants.records import SortKey
+from app.auth import scope_label
 from app.errors import InvalidParameter
 from app.instants import parse_instant
 
@@ -66,14 +67,8 @@ class CursorCodec:
         and then reused, so a parsed query's cache entry keys on it cheaply."""
         codec = self._scoped.get(scope)
         if codec is None:
-            # Scope ids sorted and NUL-separated: NUL cannot occur in an integration id
-            # given in a token (the CLI takes them as arguments).
-            label = (
-                b"all"
-                if scope is None
-                else b"only\0" + b"\0".join(sorted(integration.encode() for integration in scope))
-            )
-            codec = CursorCodec(hmac.digest(self._key, b"cursor scope\0" + label, "sha256"))
+            label = b"cursor scope\0" + scope_label(scope)
+            codec = CursorCodec(hmac.digest(self._key, label, "sha256"))
             self._scoped[scope] = codec
         return codec
 
