@@ -439,6 +439,8 @@ def build_where(
     own index: it then walks the ordering's index and filters as it goes, which beats
     collecting and sorting every match when matches are many (see storage.py).
     `keyset` is one more clause: a range of a page's keyset (see `build_page_select`).
+    A cursor's position (`query.after`) is not read here: it reaches SQL only as those
+    ranges, which SQLite can seek, and counts and checkpoints ignore it.
     """
     clauses: list[str] = []
     params: list[Any] = []
@@ -466,10 +468,6 @@ def build_where(
     if query.changed_since is not None:
         clauses.append("change_seq > ?")
         params.append(query.changed_since)
-    if query.after is not None:
-        after = build_keyset(total_order(query.order_by), query.after)
-        clauses.append(after.sql)
-        params.extend(after.params)
     if keyset is not None:
         clauses.append(keyset.sql)
         params.extend(keyset.params)

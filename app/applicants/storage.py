@@ -175,7 +175,7 @@ class ApplicantReader:
     ) -> ApplicantPage:
         """One page of matching records in the requested order, with the exact total."""
         # A cursor page's total counts the whole walk, not what is left after the cursor.
-        count_where = build_where(msgspec.structs.replace(query, after=None), scope)
+        count_where = build_where(query, scope)
         walk_order = await self._walk_order(query, scope, count_where)
         start: tuple[KeyValue, ...] | None = None  # a checkpoint's key values
         skip = query.sql_offset
