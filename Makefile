@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
-LINTED := app seed tests benchmarks
+LINTED := leasestar tests benchmarks
 
 .PHONY: install run test lint format bench clean docs-check soak
 

@@ -41,8 +41,8 @@ from typing import Any
 import harness
 from harness import CLIENT_CORE, CONNECTIONS, SERVER_CORE, WrkTarget, say
 
-from app.applicants.cursors import CursorCodec, key_values
-from app.applicants.query import ApplicantQuery, cursor_state, parse_order_by, total_order
+from leasestar.applicants.cursors import CursorCodec, key_values
+from leasestar.applicants.query import ApplicantQuery, cursor_state, parse_order_by, total_order
 
 BEGIN, END = "<!-- BEGIN cursors -->", "<!-- END cursors -->"
 DEPTHS = (0.1, 0.5, 0.9)

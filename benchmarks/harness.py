@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from app.database import READ_PRAGMAS
+from leasestar.database import READ_PRAGMAS
 
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
@@ -263,7 +263,7 @@ def data_fingerprint() -> str:
     """
     import msgspec
 
-    from seed.generator import synthetic_applicants
+    from leasestar.seed.generator import synthetic_applicants
 
     digest = hashlib.sha256((ROOT / "schema.sql").read_bytes())
     for record in synthetic_applicants(200, 0):

@@ -42,7 +42,7 @@ from pathlib import Path
 import harness
 from harness import BENCH, LEASESTAR, ROOT
 
-from app.database import open_for_write
+from leasestar.database import open_for_write
 
 BEGIN, END = "<!-- BEGIN ingest -->", "<!-- END ingest -->"
 LIMIT_SECONDS = 120

@@ -3,7 +3,7 @@
 The app is driven through ASGI directly (no socket, no HTTP parser), one request at a
 time, on the server core, so each figure is the time one core spends on one request
 in that layer and below. Variants peel one layer at a time, in this process only
-(nothing in `app/` changes):
+(nothing in `leasestar/` changes):
 
 - as served: `create_app` with the settings `leasestar serve` uses;
 - as served, but every read on aiosqlite's thread (what reading on the loop saves);
@@ -32,10 +32,10 @@ import harness
 import run
 import uvloop
 
-import app.main as main_module
-from app import database
-from app.config import Settings
-from app.main import create_app
+import leasestar.main as main_module
+from leasestar import database
+from leasestar.config import Settings
+from leasestar.main import create_app
 
 ROUNDS = 9
 SECONDS = 0.4  # per variant and round
@@ -139,7 +139,7 @@ def peel(app: Any) -> Any:
 
 
 async def list_work(app: Any) -> int:
-    from app.applicants.query import parse_list_query
+    from leasestar.applicants.query import parse_list_query
 
     reader = app.state.reader
     query = parse_list_query((), app.state.cursor_codec)
@@ -148,7 +148,7 @@ async def list_work(app: Any) -> int:
 
 
 async def one_work(app: Any, ids: list[str], state: dict[str, int]) -> int:
-    from app.applicants.query import parse_record_query
+    from leasestar.applicants.query import parse_record_query
 
     state["i"] = (state["i"] + 1) % len(ids)
     query = parse_record_query(())

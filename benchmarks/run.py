@@ -146,7 +146,7 @@ SMOKE = Settings(
 class Case:
     """One benchmark case: the request, and the same page's SQL for its in-process floor.
 
-    The floor SQL is written here, independently of `app/`, from the contract: it is
+    The floor SQL is written here, independently of `leasestar/`, from the contract: it is
     what any implementation must at least run to answer the request.
     """
 
@@ -877,7 +877,7 @@ def markdown(report: dict[str, Any], run: Run, targets: list[Target]) -> str:
         "`benchmarks/floor_app.py`, a bare Litestar app under the same uvicorn settings "
         "answering the case's exact body. *In-process floor*: the page read and the byte "
         "assembly with sqlite3 in a loop on the server core, SQL written in `run.py` from "
-        "the contract (not taken from `app/`); the fastest of several plans (the plain "
+        "the contract (not taken from `leasestar/`); the fastest of several plans (the plain "
         "statement; for filters, the order's index walked with `+column`; for filters and "
         "offsets on the default order, a keyset seek to an anchor looked up once, as a "
         "cache of anchors would) and assemblies (rows+join or group_concat, as text or as "
@@ -1136,16 +1136,16 @@ COMPONENTS: tuple[tuple[str, str], ...] = (
     ("uuid.py", "observability: request id (uuid4)"),
     ("logging/", "observability: access log (logging)"),
     ("prometheus_client/", "observability: metrics"),
-    ("app/observability.py", "observability: middleware"),
-    ("app/hygiene.py", "hygiene middleware"),
+    ("leasestar/observability.py", "observability: middleware"),
+    ("leasestar/hygiene.py", "hygiene middleware"),
     ("litestar/middleware/compression", "compression middleware"),
     ("litestar/middleware/authentication", "auth middleware (Litestar)"),
-    ("app/auth.py", "auth: token lookup"),
-    ("app/applicants/cursors.py", "handler: next-page cursor"),
-    ("app/applicants/query.py", "handler: query parsing and SQL building"),
-    ("app/instants.py", "handler: query parsing and SQL building"),
-    ("app/applicants/storage.py", "handler: storage (Python side)"),
-    ("app/applicants/controller.py", "handler: controller, meta, ETag"),
+    ("leasestar/auth.py", "auth: token lookup"),
+    ("leasestar/applicants/cursors.py", "handler: next-page cursor"),
+    ("leasestar/applicants/query.py", "handler: query parsing and SQL building"),
+    ("leasestar/instants.py", "handler: query parsing and SQL building"),
+    ("leasestar/applicants/storage.py", "handler: storage (Python side)"),
+    ("leasestar/applicants/controller.py", "handler: controller, meta, ETag"),
     ("litestar/", "Litestar: routing, request, response"),
     ("uvicorn/", "uvicorn: HTTP protocol"),
     ("asyncio/", "event loop (uvloop, sockets)"),

@@ -46,7 +46,7 @@ import harness
 import msgspec
 from harness import LEASESTAR, say
 
-from app.config import Settings
+from leasestar.config import Settings
 
 BEGIN, END = "<!-- BEGIN soak -->", "<!-- END soak -->"
 WARMUP_SECONDS = 10
@@ -104,7 +104,7 @@ def import_files(count: int, work: Path) -> tuple[Path, Path]:
     first, second = work / f"import-{count}-a.ndjson", work / f"import-{count}-b.ndjson"
     if first.exists() and second.exists():
         return first, second
-    from seed.generator import synthetic_applicants
+    from leasestar.seed.generator import synthetic_applicants
 
     say(f"writing two import files of {count:,} applicants")
     encoder = msgspec.json.Encoder()

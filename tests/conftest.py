@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 from litestar.testing import AsyncTestClient
 
-from app.applicants.ingest import write_records
-from app.auth import create_token
-from app.config import Settings
-from app.database import open_for_write
-from app.main import create_app
-from seed.generator import synthetic_applicants
+from leasestar.applicants.ingest import write_records
+from leasestar.auth import create_token
+from leasestar.config import Settings
+from leasestar.database import open_for_write
+from leasestar.main import create_app
+from leasestar.seed.generator import synthetic_applicants
 
 
 @pytest.fixture

@@ -32,12 +32,12 @@ from hypothesis import strategies as st
 from litestar import Litestar
 from litestar.testing import AsyncTestClient
 
-from app.applicants.ingest import write_records
-from app.applicants.records import Applicant, Application, Income, Pet, Screening
-from app.auth import create_token
-from app.config import Settings
-from app.database import open_for_write
-from app.main import create_app
+from leasestar.applicants.ingest import write_records
+from leasestar.applicants.records import Applicant, Application, Income, Pet, Screening
+from leasestar.auth import create_token
+from leasestar.config import Settings
+from leasestar.database import open_for_write
+from leasestar.main import create_app
 
 # --- the contract's vocabulary, written out here rather than imported -----------------
 
@@ -279,7 +279,7 @@ def nullable(values: st.SearchStrategy[str]) -> st.SearchStrategy[str | None]:
     return st.one_of(values, values, values, st.none())
 
 
-# Ids within the rule import enforces (APPLICANT_ID_RULE, app/applicants/records.py):
+# Ids within the rule import enforces (APPLICANT_ID_RULE, leasestar/applicants/records.py):
 # an Applicant built with any other id raises.
 ID_ALPHABET = string.ascii_letters + string.digits + "_-~.:"
 ids = st.one_of(

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 from litestar.testing import AsyncTestClient
 
-from app.auth import create_token, revoke_token
-from app.config import Settings
-from app.main import create_app
+from leasestar.auth import create_token, revoke_token
+from leasestar.config import Settings
+from leasestar.main import create_app
 
 Client = AsyncTestClient  # type: ignore[type-arg]
 Record = dict[str, Any]

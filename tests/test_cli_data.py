@@ -17,10 +17,10 @@ from typing import Any
 
 import pytest
 
-from app import cli
-from app.applicants.records import applicant_encoder
-from app.cli import main
-from seed.generator import synthetic_applicants
+from leasestar import cli
+from leasestar.applicants.records import applicant_encoder
+from leasestar.cli import main
+from leasestar.seed.generator import synthetic_applicants
 from tests.strategies import MINIMAL
 
 LEASESTAR = Path(sys.executable).with_name("leasestar")
@@ -110,7 +110,7 @@ def test_import_into_a_database_being_written_fails_fast_and_cleanly(
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr("app.database.BUSY_TIMEOUT_MS", 50)
+    monkeypatch.setattr("leasestar.database.BUSY_TIMEOUT_MS", 50)
     source = tmp_path / "in.ndjson"
     source.write_bytes(line())
     blocker = sqlite3.connect(seeded, isolation_level=None)
@@ -469,7 +469,7 @@ def test_progress_is_silent_when_stderr_is_not_a_terminal(
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr("app.applicants.ingest.PROGRESS_EVERY", 1)
+    monkeypatch.setattr("leasestar.applicants.ingest.PROGRESS_EVERY", 1)
     source = tmp_path / "in.ndjson"
     source.write_bytes(b"".join(line(x_id=f"X{n}") for n in range(50)))
     code, _, err = run(capsys, "import", "--db", str(seeded), str(source))
@@ -481,7 +481,7 @@ def test_progress_is_silent_when_stderr_is_not_a_terminal(
 def test_import_draws_progress_by_bytes_on_a_terminal(
     seeded: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("app.applicants.ingest.PROGRESS_EVERY", 1)
+    monkeypatch.setattr("leasestar.applicants.ingest.PROGRESS_EVERY", 1)
     monkeypatch.setattr(sys, "stderr", FakeTerminal())
     source = tmp_path / "in.ndjson"
     source.write_bytes(b"".join(line(x_id=f"X{n}") for n in range(3)))
@@ -494,8 +494,8 @@ def test_import_draws_progress_by_bytes_on_a_terminal(
 
 
 def test_the_generator_formats_instants_as_the_api_does() -> None:
-    from app.instants import format_instant
-    from seed.generator import SPAN, START, _instant_text
+    from leasestar.instants import format_instant
+    from leasestar.seed.generator import SPAN, START, _instant_text
 
     step = 7_919_000_017  # microseconds, prime: every clock position comes up
     for micros in range(START - SPAN, START + 2 * SPAN, SPAN // 50_000):

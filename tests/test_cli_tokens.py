@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 from litestar.testing import AsyncTestClient
 
-from app.config import Settings
-from app.main import create_app
+from leasestar.config import Settings
+from leasestar.main import create_app
 
 TOKEN = re.compile(r"lst_[0-9a-f]{12}_[A-Za-z0-9_-]{43}")
-CLI = [sys.executable, "-m", "app.cli"]
+CLI = [sys.executable, "-m", "leasestar"]
 
 
 def _clean_env() -> dict[str, str]:

@@ -1,4 +1,4 @@
-"""Settings from `LEASESTAR_*` variables and `leasestar` flags (app/config.py, app/cli.py):
+"""Settings from `LEASESTAR_*` variables and `leasestar` flags (config.py, cli.py):
 every setting reachable both ways and listed in the README, help and version complete,
 a bad value one line on stderr and a non-zero exit."""
 
@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from app import cli
-from app.config import RateLimit, Settings, SettingsError
-from app.database import open_for_write
+from leasestar import cli
+from leasestar.config import RateLimit, Settings, SettingsError
+from leasestar.database import open_for_write
 
 ROOT = Path(__file__).resolve().parent.parent
 LEASESTAR = Path(sys.executable).with_name("leasestar")

@@ -11,7 +11,7 @@ from html.parser import HTMLParser
 
 from litestar.testing import AsyncTestClient
 
-from app.docs import ASSETS_PATH, PAGE_ASSETS
+from leasestar.docs import ASSETS_PATH, PAGE_ASSETS
 
 Client = AsyncTestClient  # type: ignore[type-arg]
 

@@ -24,13 +24,13 @@ import msgspec
 import pytest
 from litestar.testing import AsyncTestClient
 
-from app.applicants.ingest import KEPT_INDEXES, export_ndjson, import_ndjson, write_records
-from app.applicants.records import applicant_encoder
-from app.auth import create_token
-from app.config import Settings
-from app.database import open_for_write
-from app.main import create_app
-from seed.generator import synthetic_applicants
+from leasestar.applicants.ingest import KEPT_INDEXES, export_ndjson, import_ndjson, write_records
+from leasestar.applicants.records import applicant_encoder
+from leasestar.auth import create_token
+from leasestar.config import Settings
+from leasestar.database import open_for_write
+from leasestar.main import create_app
+from leasestar.seed.generator import synthetic_applicants
 
 LEASESTAR = Path(sys.executable).with_name("leasestar")
 STORED = 200
@@ -41,8 +41,8 @@ IMPORTED = 12_000
 PHASED_IMPORT = """
 import sys, time
 from pathlib import Path
-from app.applicants.ingest import import_ndjson
-from app.database import open_for_write
+from leasestar.applicants.ingest import import_ndjson
+from leasestar.database import open_for_write
 
 class Phases:
     def advance(self, done, position=0):

@@ -19,15 +19,15 @@ from typing import IO, Any
 import httpx
 import pytest
 
-from app.auth import create_token
-from app.database import open_for_write
+from leasestar.auth import create_token
+from leasestar.database import open_for_write
 
 pytestmark = pytest.mark.e2e
 
 ROOT = Path(__file__).resolve().parent.parent
 CURL = re.compile(r"curl -H 'Authorization: Bearer (?P<token>[^']+)' '(?P<url>http://[^']+)'")
 START_TIMEOUT = 60.0
-UVICORN = [sys.executable, "-m", "uvicorn", "--factory", "app.main:create_app_from_env",
+UVICORN = [sys.executable, "-m", "uvicorn", "--factory", "leasestar.main:create_app_from_env",
            "--host", "127.0.0.1"]  # fmt: skip
 
 
@@ -191,7 +191,7 @@ def test_serve_on_a_new_database_prints_a_working_curl_line(tmp_path: Path) -> N
     log = tmp_path / "serve.log"
     with log.open("wb") as log_file:
         process = subprocess.Popen(
-            [sys.executable, "-m", "app.cli", "serve", "--db", str(path), "--port", str(port)],
+            [sys.executable, "-m", "leasestar", "serve", "--db", str(path), "--port", str(port)],
             cwd=ROOT,
             env=clean_env(),
             stdout=subprocess.PIPE,

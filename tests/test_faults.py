@@ -26,10 +26,10 @@ import brotli
 import pytest
 from litestar.testing import AsyncTestClient
 
-from app.applicants.ingest import ApplicantWriter
-from app.applicants.records import Applicant
-from app.config import Settings
-from app.main import create_app
+from leasestar.applicants.ingest import ApplicantWriter
+from leasestar.applicants.records import Applicant
+from leasestar.config import Settings
+from leasestar.main import create_app
 from tests.test_hardening import (
     ROOT,
     clean_env,

@@ -35,10 +35,10 @@ from schemathesis.generation.modes import GenerationMode
 from schemathesis.specs.openapi.checks import positive_data_acceptance
 from schemathesis.specs.openapi.schemas import OpenApiSchema
 
-from app.auth import create_token
-from app.config import Settings
-from app.database import open_for_write
-from app.main import create_app
+from leasestar.auth import create_token
+from leasestar.config import Settings
+from leasestar.database import open_for_write
+from leasestar.main import create_app
 
 # Examples per (operation, positive/negative): bounded so the whole module stays well
 # under a minute; raise it locally for a deeper run.

@@ -31,11 +31,11 @@ import httpx
 import pytest
 from litestar.testing import AsyncTestClient
 
-import app.auth
-from app.auth import create_token
-from app.config import Settings
-from app.database import open_for_write
-from app.main import create_app
+import leasestar.auth
+from leasestar.auth import create_token
+from leasestar.config import Settings
+from leasestar.database import open_for_write
+from leasestar.main import create_app
 from tests.test_fuzz import assert_error_body
 
 Client = AsyncTestClient  # type: ignore[type-arg]
@@ -55,7 +55,7 @@ API_HEADERS = {"cache-control": "no-store", "x-content-type-options": "nosniff"}
 def leasestar_command() -> list[str]:
     """The installed console script, or the same entry point through the interpreter."""
     script = Path(sys.executable).with_name("leasestar")
-    return [str(script)] if script.exists() else [sys.executable, "-m", "app.cli"]
+    return [str(script)] if script.exists() else [sys.executable, "-m", "leasestar"]
 
 
 def free_port() -> int:
@@ -381,7 +381,7 @@ async def test_right_id_wrong_secret_answers_exactly_like_an_unknown_token(
         compared.append((a, b))
         return real_compare(a, b)
 
-    monkeypatch.setattr(app.auth.hmac, "compare_digest", spy)
+    monkeypatch.setattr(leasestar.auth.hmac, "compare_digest", spy)
     answers = [
         await anonymous.get(LIST, headers={"Authorization": f"Bearer {candidate}"})
         for candidate in (wrong_secret, unknown_id, "lst_nonsense")

@@ -1,5 +1,5 @@
-"""Access logs, request ids, Prometheus metrics and the health check (app/observability.py,
-app/service.py), seen from outside: through requests, the log lines and /metrics."""
+"""Access logs, request ids, Prometheus metrics and the health check (leasestar/observability.py,
+leasestar/service.py), seen from outside: through requests, the log lines and /metrics."""
 
 from __future__ import annotations
 
@@ -14,12 +14,12 @@ import pytest
 from litestar.testing import AsyncTestClient
 from prometheus_client.parser import text_string_to_metric_families
 
-from app.applicants.ingest import write_records
-from app.config import LogFormat, Settings
-from app.database import open_for_write
-from app.main import create_app
-from app.observability import access_logger
-from seed.generator import synthetic_applicants
+from leasestar.applicants.ingest import write_records
+from leasestar.config import LogFormat, Settings
+from leasestar.database import open_for_write
+from leasestar.main import create_app
+from leasestar.observability import access_logger
+from leasestar.seed.generator import synthetic_applicants
 
 Client = AsyncTestClient  # type: ignore[type-arg]
 GENERATED_ID = re.compile(r"[0-9a-f]{32}")

@@ -23,10 +23,10 @@ from openapi_spec_validator import validate
 from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT202012
 
-from app.applicants import records, responses
-from app.applicants.storage import ApplicantReader
-from app.config import RateLimit, Settings
-from app.main import create_app
+from leasestar.applicants import records, responses
+from leasestar.applicants.storage import ApplicantReader
+from leasestar.config import RateLimit, Settings
+from leasestar.main import create_app
 
 Client = AsyncTestClient  # type: ignore[type-arg]
 Document = dict[str, Any]

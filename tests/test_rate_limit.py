@@ -16,9 +16,9 @@ import httpx
 import pytest
 from litestar.testing import AsyncTestClient
 
-from app.cli import build_parser
-from app.config import DEFAULT_RATE_LIMIT, RateLimit, Settings, SettingsError
-from app.main import create_app
+from leasestar.cli import build_parser
+from leasestar.config import DEFAULT_RATE_LIMIT, RateLimit, Settings, SettingsError
+from leasestar.main import create_app
 from tests.test_fuzz import assert_error_body
 from tests.test_hardening import clean_env, copy_database, new_token, query_one, serve
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from app.database import ReadPool
+from leasestar.database import ReadPool
 
 # A statement of about two million SQLite steps: far beyond a 1 ms budget anywhere.
 LONG = (

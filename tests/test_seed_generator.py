@@ -18,14 +18,14 @@ from decimal import Decimal
 import msgspec
 import pytest
 
-from app.applicants.ingest import _fields
-from app.applicants.records import (
+from leasestar.applicants.ingest import _fields
+from leasestar.applicants.records import (
     SERVICE_FIELDS,
     Applicant,
     applicant_encoder,
     applicant_line_decoder,
 )
-from seed.generator import (
+from leasestar.seed.generator import (
     APPLICATION_COUNTS,
     INCOME_COUNTS,
     PET_COUNTS,

@@ -19,10 +19,10 @@ from typing import Any
 import pytest
 from litestar.testing import AsyncTestClient
 
-from app.applicants.ingest import write_records
-from app.applicants.records import Applicant
-from app.config import Settings
-from app.main import create_app
+from leasestar.applicants.ingest import write_records
+from leasestar.applicants.records import Applicant
+from leasestar.config import Settings
+from leasestar.main import create_app
 
 Client = AsyncTestClient  # type: ignore[type-arg]
 Record = dict[str, Any]

@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 from litestar.testing import AsyncTestClient
 
-from app.applicants.ingest import write_records
-from app.applicants.records import Applicant
-from app.config import Settings
-from app.main import create_app
+from leasestar.applicants.ingest import write_records
+from leasestar.applicants.records import Applicant
+from leasestar.config import Settings
+from leasestar.main import create_app
 
 Client = AsyncTestClient  # type: ignore[type-arg]
 COUNTS_ROWS = re.compile(r"count\(\*\) FROM applicants")

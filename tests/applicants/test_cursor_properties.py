@@ -27,8 +27,8 @@ import msgspec
 from hypothesis import HealthCheck, event, given, note, settings
 from hypothesis import strategies as st
 
-from app.applicants.ingest import write_records
-from app.database import open_for_write
+from leasestar.applicants.ingest import write_records
+from leasestar.database import open_for_write
 from tests.strategies import (
     DATE_BOUNDS,
     ListQuery,

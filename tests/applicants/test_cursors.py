@@ -26,14 +26,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from litestar.testing import AsyncTestClient
 
-from app.applicants.cursors import CursorCodec, CursorState, last_record_start
-from app.applicants.ingest import write_records
-from app.applicants.records import Applicant, SortKey
-from app.auth import create_token
-from app.config import Settings
-from app.database import open_for_write
-from app.main import create_app
-from seed.generator import synthetic_applicants
+from leasestar.applicants.cursors import CursorCodec, CursorState, last_record_start
+from leasestar.applicants.ingest import write_records
+from leasestar.applicants.records import Applicant, SortKey
+from leasestar.auth import create_token
+from leasestar.config import Settings
+from leasestar.database import open_for_write
+from leasestar.main import create_app
+from leasestar.seed.generator import synthetic_applicants
 
 Client = AsyncTestClient  # type: ignore[type-arg]
 Record = dict[str, Any]

@@ -1,4 +1,4 @@
-"""The upsert and NDJSON in and out (app/applicants/ingest.py), rule by rule.
+"""The upsert and NDJSON in and out (leasestar/applicants/ingest.py), rule by rule.
 
 Expected values are built here by hand or with the Structs' own encoder, never read
 back from the code under test: a stored row is compared with what CONTRACT.md says it
@@ -23,7 +23,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.applicants.ingest import (
+from leasestar.applicants.ingest import (
     ApplicantWriter,
     ImportRefused,
     ImportReport,
@@ -36,10 +36,10 @@ from app.applicants.ingest import (
     write_generated,
     write_records,
 )
-from app.applicants.query import phone_digits
-from app.applicants.records import Applicant, applicant_encoder
-from app.database import open_for_write
-from seed.generator import synthetic_applicants
+from leasestar.applicants.query import phone_digits
+from leasestar.applicants.records import Applicant, applicant_encoder
+from leasestar.database import open_for_write
+from leasestar.seed.generator import synthetic_applicants
 from tests.strategies import ids
 
 T0 = 1_735_689_600_000_000  # 2025-01-01T00:00:00Z in microseconds
@@ -417,7 +417,7 @@ def test_a_record_stored_by_this_write_is_found_again_whatever_its_hash(
     db: sqlite3.Connection, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The written-keys filter of an empty table: a hash collision only costs a lookup."""
-    monkeypatch.setattr("app.applicants.ingest.WRITTEN_SLOTS", 1)  # every key collides
+    monkeypatch.setattr("leasestar.applicants.ingest.WRITTEN_SLOTS", 1)  # every key collides
     report = run_import(db, ndjson(source(1), source(2), source(1, first_name="B")), seen_at=T0)
     assert (report.counts.inserted, report.counts.updated) == (2, 1)
     assert rows(db)["X0001"]["json"]["first_name"] == "B"

@@ -28,9 +28,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.applicants import storage
-from app.applicants.cursors import KeyValue, key_values
-from app.applicants.query import (
+from leasestar.applicants import storage
+from leasestar.applicants.cursors import KeyValue, key_values
+from leasestar.applicants.query import (
     MAX_OFFSET,
     SORTABLE_FIELDS,
     ApplicantQuery,
@@ -40,9 +40,9 @@ from app.applicants.query import (
     parse_order_by,
     total_order,
 )
-from app.applicants.records import SortKey
-from app.applicants.storage import ApplicantReader
-from app.database import ReadPool, read_uri
+from leasestar.applicants.records import SortKey
+from leasestar.applicants.storage import ApplicantReader
+from leasestar.database import ReadPool, read_uri
 
 # The sortable columns schema.sql lets be null (checked against the schema below).
 NULLABLE = (

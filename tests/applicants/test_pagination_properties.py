@@ -15,9 +15,9 @@ from unittest.mock import patch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.applicants import storage
-from app.applicants.ingest import write_records
-from app.database import open_for_write
+from leasestar.applicants import storage
+from leasestar.applicants.ingest import write_records
+from leasestar.database import open_for_write
 from tests.strategies import (
     ModelRow,
     check_query,

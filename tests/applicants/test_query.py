@@ -1,4 +1,4 @@
-"""Unit tests of app/applicants/query.py: parsing the query string, building the SQL.
+"""Unit tests of leasestar/applicants/query.py: parsing the query string, building the SQL.
 
 Expected values are written out from the contract (CONTRACT.md, "Query parameters"),
 instants are computed with `datetime`, never with the code under test.
@@ -16,8 +16,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.applicants.ingest import write_records
-from app.applicants.query import (
+from leasestar.applicants.ingest import write_records
+from leasestar.applicants.query import (
     SORTABLE_FIELDS,
     ApplicantQuery,
     SqlFragment,
@@ -29,9 +29,9 @@ from app.applicants.query import (
     parse_record_query,
     total_order,
 )
-from app.applicants.records import Applicant, SortKey
-from app.database import open_for_write
-from app.errors import InvalidParameter
+from leasestar.applicants.records import Applicant, SortKey
+from leasestar.database import open_for_write
+from leasestar.errors import InvalidParameter
 
 CONTRACT_SORTABLE = (
     "id",

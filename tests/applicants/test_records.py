@@ -1,4 +1,4 @@
-"""The applicant id rule of app/applicants/records.py, end to end.
+"""The applicant id rule of leasestar/applicants/records.py, end to end.
 
 An applicant is served at GET /v1/applicants/{id}, so import accepts only ids that
 route reaches: 1-128 characters of A-Z a-z 0-9 . _ ~ : -, and not "." or "..". Here the
@@ -23,12 +23,12 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from litestar.testing import AsyncTestClient
 
-from app.applicants.ingest import RecordError, import_ndjson, parse_line
-from app.applicants.records import APPLICANT_ID_RULE
-from app.auth import create_token
-from app.config import Settings
-from app.database import open_for_write
-from app.main import create_app
+from leasestar.applicants.ingest import RecordError, import_ndjson, parse_line
+from leasestar.applicants.records import APPLICANT_ID_RULE
+from leasestar.auth import create_token
+from leasestar.config import Settings
+from leasestar.database import open_for_write
+from leasestar.main import create_app
 from tests.strategies import MINIMAL
 from tests.test_fuzz import assert_error_body
 from tests.test_hardening import Server, copy_database, new_token, raw_request, serve

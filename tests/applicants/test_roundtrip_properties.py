@@ -22,13 +22,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from litestar.testing import AsyncTestClient
 
-from app.applicants.ingest import export_ndjson, import_ndjson
-from app.applicants.records import Applicant, Application, Income
-from app.auth import create_token
-from app.config import Settings
-from app.database import open_for_write
-from app.instants import MAX_INSTANT, MIN_INSTANT, format_instant
-from app.main import create_app
+from leasestar.applicants.ingest import export_ndjson, import_ndjson
+from leasestar.applicants.records import Applicant, Application, Income
+from leasestar.auth import create_token
+from leasestar.config import Settings
+from leasestar.database import open_for_write
+from leasestar.instants import MAX_INSTANT, MIN_INSTANT, format_instant
+from leasestar.main import create_app
 from tests.strategies import ID_ALPHABET
 
 INT64 = st.integers(-(2**63), 2**63 - 1)

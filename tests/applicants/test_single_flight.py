@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from app.applicants.storage import SingleFlight
+from leasestar.applicants.storage import SingleFlight
 
 
 async def test_concurrent_reads_of_one_key_run_once_and_all_get_the_answer() -> None:

@@ -22,12 +22,12 @@ from hypothesis import HealthCheck, event, given, note, settings
 from hypothesis import strategies as st
 from litestar.testing import AsyncTestClient
 
-from app.applicants.ingest import write_records
-from app.applicants.records import Applicant
-from app.auth import create_token
-from app.config import Settings
-from app.database import open_for_write
-from app.main import create_app
+from leasestar.applicants.ingest import write_records
+from leasestar.applicants.records import Applicant
+from leasestar.auth import create_token
+from leasestar.config import Settings
+from leasestar.database import open_for_write
+from leasestar.main import create_app
 from tests.strategies import INTEGRATIONS, ModelRow, applicant_rows, datasets, serve, text
 
 Client = AsyncTestClient  # type: ignore[type-arg]

@@ -34,8 +34,8 @@ from datetime import date, timedelta
 from itertools import permutations
 from typing import Any, Final, NamedTuple, TypeVar
 
-from app.applicants.ingest import RecordFields
-from app.applicants.records import Applicant, applicant_encoder, applicant_line_decoder
+from leasestar.applicants.ingest import RecordFields
+from leasestar.applicants.records import Applicant, applicant_encoder, applicant_line_decoder
 
 INTEGRATIONS: Final = (
     ("int_yardi_01", "YARDI"),
@@ -397,7 +397,7 @@ _DATES: dict[int, str] = {}
 
 
 def _instant_text(micros: int) -> str:
-    """`app.instants.format_instant(micros)`, from cached pieces."""
+    """`leasestar.instants.format_instant(micros)`, from cached pieces."""
     day, rest = divmod(micros, DAY)
     prefix = _DAYS.get(day)
     if prefix is None:

@@ -15,19 +15,19 @@ from litestar.openapi import OpenAPIConfig
 from litestar.openapi.spec import Components, SecurityScheme
 from litestar.types import ASGIApp, Receive, Scope, Send
 
-from app import __version__
-from app.applicants.controller import ApplicantController
-from app.applicants.cursors import CursorCodec
-from app.applicants.storage import ApplicantReader
-from app.asgi import header_value
-from app.auth import BearerTokenMiddleware, TokenHolder, TokenRegistry
-from app.config import Settings
-from app.database import ReadPool, open_for_write
-from app.docs import docs_assets, docs_page
-from app.errors import EXCEPTION_HANDLERS
-from app.hygiene import HygieneMiddleware
-from app.observability import AccessLog, Metrics, ObservabilityMiddleware
-from app.service import DatabaseFile, ServiceController
+from leasestar import __version__
+from leasestar.applicants.controller import ApplicantController
+from leasestar.applicants.cursors import CursorCodec
+from leasestar.applicants.storage import ApplicantReader
+from leasestar.asgi import header_value
+from leasestar.auth import BearerTokenMiddleware, TokenHolder, TokenRegistry
+from leasestar.config import Settings
+from leasestar.database import ReadPool, open_for_write
+from leasestar.docs import docs_assets, docs_page
+from leasestar.errors import EXCEPTION_HANDLERS
+from leasestar.hygiene import HygieneMiddleware
+from leasestar.observability import AccessLog, Metrics, ObservabilityMiddleware
+from leasestar.service import DatabaseFile, ServiceController
 
 UNAUTHENTICATED_PATHS = ["^/schema", "^/health", "^/metrics"]
 

@@ -19,8 +19,8 @@ from typing import Any, Final, TypeVar, cast
 
 import msgspec
 
-from app.applicants.cursors import KeyValue, last_record_start
-from app.applicants.query import (
+from leasestar.applicants.cursors import KeyValue, last_record_start
+from leasestar.applicants.query import (
     FILTER_ORDER_INDEXES,
     ApplicantQuery,
     SqlFragment,
@@ -30,7 +30,7 @@ from app.applicants.query import (
     order_columns,
     total_order,
 )
-from app.database import ReadPool
+from leasestar.database import ReadPool
 
 COUNT_CACHE_SIZE: Final = 4096
 # Deep offsets seek to the nearest checkpoint (every CHECKPOINT_EVERY-th match of a

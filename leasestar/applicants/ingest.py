@@ -71,14 +71,14 @@ from typing import IO, Any, Final, NamedTuple, NoReturn, Protocol
 
 import msgspec
 
-from app.applicants.records import (
+from leasestar.applicants.records import (
     APPLICANT_FIELDS,
     SERVICE_FIELDS,
     Applicant,
     applicant_encoder,
     applicant_line_decoder,
 )
-from app.instants import INSTANT_RULE, format_instant, now_micros
+from leasestar.instants import INSTANT_RULE, format_instant, now_micros
 
 # A real record is a few kilobytes; a line beyond this is refused without being read
 # into memory whole.

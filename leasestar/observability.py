@@ -29,7 +29,7 @@ import msgspec
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import generate_latest
 
-from app.auth import TokenHolder, redact_token_secrets
+from leasestar.auth import TokenHolder, redact_token_secrets
 
 LogFormat = Literal["json", "text", "off"]
 REQUEST_ID_HEADER: Final = b"x-request-id"

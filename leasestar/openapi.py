@@ -25,8 +25,8 @@ from litestar.openapi.spec import (
     Schema,
 )
 
-from app.errors import ErrorBody, error_body
-from app.hygiene import MAX_HEADER_BYTES, MAX_QUERY_PARAMETERS, MAX_TARGET_BYTES
+from leasestar.errors import ErrorBody, error_body
+from leasestar.hygiene import MAX_HEADER_BYTES, MAX_QUERY_PARAMETERS, MAX_TARGET_BYTES
 
 _ERROR_DESCRIPTIONS: Final[dict[int, str]] = {
     400: "A query parameter is unknown, repeated or breaks its rule (`message` names the "

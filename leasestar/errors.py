@@ -15,7 +15,7 @@ from litestar.exceptions import HTTPException, NotAuthorizedException
 from litestar.status_codes import HTTP_500_INTERNAL_SERVER_ERROR
 from litestar.types import ExceptionHandlersMap
 
-from app.auth import redact_token_secrets
+from leasestar.auth import redact_token_secrets
 
 logger = logging.getLogger("leasestar.errors")
 

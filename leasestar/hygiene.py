@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from app.errors import error_body
+from leasestar.errors import error_body
 
 MAX_TARGET_BYTES: Final = 8 * 1024  # path + query string
 MAX_HEADER_BYTES: Final = 16 * 1024  # all request headers together

@@ -18,8 +18,8 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import IO, Final
 
-from app import __version__
-from app.applicants.ingest import (
+from leasestar import __version__
+from leasestar.applicants.ingest import (
     WORKER_MIN_RECORDS,
     ImportRefused,
     WorkerFailed,
@@ -27,8 +27,8 @@ from app.applicants.ingest import (
     import_ndjson,
     write_generated,
 )
-from app.auth import TokenError, create_token, list_tokens, revoke_token
-from app.config import (
+from leasestar.auth import TokenError, create_token, list_tokens, revoke_token
+from leasestar.config import (
     DEFAULT_DB,
     DEFAULT_RATE_LIMIT,
     PORT_RANGE,
@@ -40,7 +40,7 @@ from app.config import (
     parse_log_format,
     parse_rate_limit,
 )
-from app.database import DatabaseError, open_for_write
+from leasestar.database import DatabaseError, open_for_write
 
 DEMO_RECORDS: Final = 1000
 EXIT_USAGE: Final = 2
@@ -53,7 +53,7 @@ class CommandError(Exception):
 class Progress:
     """A one-line progress bar on a terminal (stderr); silent when stderr is not one.
 
-    Implements `app.applicants.ingest.ProgressReporter`. Redraws at most ten times a
+    Implements `leasestar.applicants.ingest.ProgressReporter`. Redraws at most ten times a
     second, so reporting costs nothing measurable.
     """
 
@@ -110,7 +110,7 @@ def _db_path(args: argparse.Namespace) -> Path:
 
 def seed_database(path: Path, count: int, seed: int) -> int:
     """Add `count` deterministic synthetic applicants; returns how many rows were written."""
-    from seed.generator import synthetic_records  # only seeding needs the generator
+    from leasestar.seed.generator import synthetic_records  # only seeding needs the generator
 
     connection = open_for_write(path)
     try:
@@ -179,13 +179,13 @@ def _serve(args: argparse.Namespace) -> int:
     # --workers > 1 (and a SIGTERM that comes before uvicorn listens exits 0 at once).
     signal.signal(signal.SIGTERM, _exit_cleanly)
     uvicorn.run(
-        "app.main:create_app_from_env",
+        "leasestar.main:create_app_from_env",
         factory=True,
         host=args.host,
         port=args.port,
         workers=args.workers,
         log_level="info",
-        access_log=False,  # ours, without the Authorization header (app/observability.py)
+        access_log=False,  # ours, without the Authorization header (leasestar/observability.py)
         timeout_graceful_shutdown=30,
     )
     return 0

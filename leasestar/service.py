@@ -13,11 +13,11 @@ import msgspec
 from litestar import Controller, MediaType, Request, Response, get
 from litestar.datastructures import State
 
-from app.applicants.storage import ApplicantReader
-from app.database import ReadPool, read_uri
-from app.errors import error_response
-from app.observability import Metrics
-from app.openapi import error_responses, operation_class
+from leasestar.applicants.storage import ApplicantReader
+from leasestar.database import ReadPool, read_uri
+from leasestar.errors import error_response
+from leasestar.observability import Metrics
+from leasestar.openapi import error_responses, operation_class
 
 logger = logging.getLogger("leasestar.health")
 

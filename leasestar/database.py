@@ -23,13 +23,13 @@ import sqlite3
 import time
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
+from importlib.resources import files
 from pathlib import Path
 from typing import Any, Final
 
 import aiosqlite
 
 SCHEMA_VERSION: Final = 1
-SCHEMA_PATH: Final = Path(__file__).resolve().parent.parent / "schema.sql"
 SQLITE_HEADER: Final = b"SQLite format 3\x00"
 BUSY_TIMEOUT_MS: Final = 10_000
 # The longest a read may hold the event loop before it moves to a pooled thread.
@@ -54,6 +54,11 @@ PAGE_SIZE: Final = 16_384
 # memory stays flat however long the server runs.
 READ_CACHE_KIB: Final = 32 * 1024
 READ_PRAGMAS: Final = ("PRAGMA query_only = 1", f"PRAGMA cache_size = -{READ_CACHE_KIB}")
+
+
+def schema_sql() -> str:
+    """The tables, from the package's `schema.sql` (the repository root's, put in the wheel)."""
+    return files("leasestar").joinpath("schema.sql").read_text(encoding="utf-8")
 
 
 class DatabaseError(Exception):
@@ -117,9 +122,7 @@ def open_for_write(path: Path) -> sqlite3.Connection:
         connection.execute(f"PRAGMA page_size = {PAGE_SIZE}")
         connection.execute("PRAGMA journal_mode = WAL")
         connection.executescript(
-            "BEGIN IMMEDIATE;"
-            + SCHEMA_PATH.read_text(encoding="utf-8")
-            + f";PRAGMA user_version = {SCHEMA_VERSION};COMMIT;"
+            "BEGIN IMMEDIATE;" + schema_sql() + f";PRAGMA user_version = {SCHEMA_VERSION};COMMIT;"
         )
     except DatabaseError:
         connection.close()

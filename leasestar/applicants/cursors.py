@@ -24,10 +24,10 @@ from typing import Final
 
 import msgspec
 
-from app.applicants.records import SortKey
-from app.auth import scope_label
-from app.errors import InvalidParameter
-from app.instants import parse_instant
+from leasestar.applicants.records import SortKey
+from leasestar.auth import scope_label
+from leasestar.errors import InvalidParameter
+from leasestar.instants import parse_instant
 
 CURSOR_VERSION: Final = 1
 _SIGNATURE_BYTES: Final = 16

@@ -25,9 +25,9 @@ from litestar.connection import ASGIConnection
 from litestar.exceptions import NotAuthorizedException
 from litestar.middleware import AbstractAuthenticationMiddleware, AuthenticationResult
 
-from app.asgi import header_value
-from app.database import read_uri
-from app.instants import format_instant, now_micros
+from leasestar.asgi import header_value
+from leasestar.database import read_uri
+from leasestar.instants import format_instant, now_micros
 
 TOKEN_PREFIX: Final = "lst_"  # noqa: S105 - a prefix that makes leaked tokens greppable, not a secret
 _BEARER = re.compile(r"[Bb][Ee][Aa][Rr][Ee][Rr] +([A-Za-z0-9._~+/=-]+) *")

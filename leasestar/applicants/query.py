@@ -18,10 +18,10 @@ from typing import Any, Final
 
 import msgspec
 
-from app.applicants.cursors import CursorCodec, CursorState, KeyValue
-from app.applicants.records import SortKey
-from app.errors import InvalidParameter
-from app.instants import INSTANT_RULE, parse_instant
+from leasestar.applicants.cursors import CursorCodec, CursorState, KeyValue
+from leasestar.applicants.records import SortKey
+from leasestar.errors import InvalidParameter
+from leasestar.instants import INSTANT_RULE, parse_instant
 
 MAX_LIMIT: Final = 250
 DEFAULT_LIMIT: Final = 100

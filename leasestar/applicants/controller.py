@@ -24,8 +24,8 @@ from litestar.exceptions import NotFoundException
 from litestar.openapi.spec import OpenAPIType, Operation, Parameter, Schema
 from litestar.params import PathParameter
 
-from app.applicants.cursors import CursorCodec, last_record, sort_key_values
-from app.applicants.query import (
+from leasestar.applicants.cursors import CursorCodec, last_record, sort_key_values
+from leasestar.applicants.query import (
     PARAMETERS,
     ApplicantQuery,
     QueryParameterSpec,
@@ -34,13 +34,13 @@ from app.applicants.query import (
     parse_record_query,
     total_order,
 )
-from app.applicants.records import PageMeta
-from app.applicants.responses import ApplicantList, ApplicantSingle
-from app.applicants.storage import ApplicantPage, ApplicantReader
-from app.asgi import PreEncodedJSON, header_value
-from app.auth import TokenHolder, scope_label
-from app.errors import InvalidParameter
-from app.openapi import NOT_MODIFIED, error_responses, operation_class
+from leasestar.applicants.records import PageMeta
+from leasestar.applicants.responses import ApplicantList, ApplicantSingle
+from leasestar.applicants.storage import ApplicantPage, ApplicantReader
+from leasestar.asgi import PreEncodedJSON, header_value
+from leasestar.auth import TokenHolder, scope_label
+from leasestar.errors import InvalidParameter
+from leasestar.openapi import NOT_MODIFIED, error_responses, operation_class
 
 _meta_encoder = msgspec.json.Encoder()
 EnvelopeT = TypeVar("EnvelopeT")

@@ -13,7 +13,7 @@ from typing import Annotated, Any, Final, Literal
 
 import msgspec
 
-from app.instants import canonical_instant, is_calendar_date
+from leasestar.instants import canonical_instant, is_calendar_date
 
 NonEmpty = Annotated[str, msgspec.Meta(min_length=1)]
 Int64 = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
@@ -133,7 +133,7 @@ class Applicant(Record, kw_only=True):
     """One applicant, fields in the order of the specification (section 2.3).
 
     The four service fields (`id`, `created_at`, `updated_at`, `last_seen`) may be
-    absent on import; storage fills them (see app/applicants/ingest.py). Everything a
+    absent on import; storage fills them (see leasestar/applicants/ingest.py). Everything a
     stored or served record holds is filled.
     """
 

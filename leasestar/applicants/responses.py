@@ -16,7 +16,7 @@ from typing import Annotated, Any
 
 import msgspec
 
-from app.applicants.records import PageMeta
+from leasestar.applicants.records import PageMeta
 
 NonEmpty = Annotated[str, msgspec.Meta(min_length=1)]
 Int64 = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]

@@ -1,0 +1,7 @@
+"""`python -m leasestar`: the same command as `leasestar`."""
+
+import sys
+
+from leasestar.cli import main
+
+sys.exit(main())
