@@ -361,17 +361,17 @@ def _rate_text(limit: RateLimit | None) -> str:
 
 
 def build_parser(settings: Settings) -> argparse.ArgumentParser:
+    db_help = f"SQLite database file (env LEASESTAR_DB, default {DEFAULT_DB})"
+    # `--db` is taken before the command (`leasestar --db x.db export`, as git-style
+    # tools take their global options) and after it. The commands' copy has no default
+    # of its own, so it overrides the top-level value only when it is given.
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument(
-        "--db",
-        default=str(settings.db_path),
-        metavar="PATH",
-        help=f"SQLite database file (env LEASESTAR_DB, default {DEFAULT_DB})",
-    )
+    common.add_argument("--db", default=argparse.SUPPRESS, metavar="PATH", help=db_help)
     parser = argparse.ArgumentParser(
         prog="leasestar", description="Applicant read API over embedded SQLite."
     )
     parser.add_argument("--version", action="version", version=f"leasestar {__version__}")
+    parser.add_argument("--db", default=str(settings.db_path), metavar="PATH", help=db_help)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     serve = commands.add_parser(

@@ -413,6 +413,25 @@ def test_export_of_a_missing_database_does_not_create_it(
     assert not (tmp_path / "none.db").exists()
 
 
+def test_db_is_accepted_before_the_command_as_after_it(
+    seeded: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.chdir(tmp_path)  # so the default ./leasestar.db would be noticed if used
+    after = run(capsys, "export", "--db", str(seeded))
+    before = run(capsys, "--db", str(seeded), "export")
+    assert before == after
+    assert before[1].count("\n") == 20
+    # Given both ways, the one after the command wins; token commands take it too.
+    assert run(capsys, "--db", str(tmp_path / "other.db"), "export", "--db", str(seeded)) == after
+    assert run(capsys, "--db", str(seeded), "token", "create", "--name", "early")[0] == 0
+    assert run(capsys, "--db", str(seeded), "token", "list")[1].splitlines()[1].startswith("early ")
+    assert not (tmp_path / "leasestar.db").exists()
+    assert not (tmp_path / "other.db").exists()
+
+
 # --- seed -----------------------------------------------------------------------------
 
 

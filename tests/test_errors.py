@@ -303,22 +303,45 @@ async def test_malformed_query_strings_never_give_5xx(client: Client, some_id: s
 
 
 @pytest.mark.parametrize(
-    "query",
+    ("query", "parameter"),
     [
-        b"email_1=\xff\xfe",
-        b"limit=\x80",
-        b"\xc3\x28=1",
-        b"email_1=jos\xc3\xa9",  # raw (unencoded) UTF-8: not a valid query string either
-        b"limit=" + b"9" * 5000,  # beyond int()'s 4300-digit limit
-        b"offset=" + b"9" * 5000,
+        (b"email_1=\xff\xfe", "email_1"),
+        (b"limit=\x80", "limit"),
+        (b"\xc3\x28=1", "\xc3\x28"),  # a name that is not UTF-8 is named as sent
+        (b"email_1=jos\xc3\xa9", "email_1"),  # raw (unencoded) UTF-8 is not a query string
+        (b"limit=" + b"9" * 5000, "limit"),  # beyond int()'s 4300-digit limit
+        (b"offset=" + b"9" * 5000, "offset"),
     ],
 )
-async def test_raw_bytes_in_the_query_give_400(client: Client, token: str, query: bytes) -> None:
+async def test_raw_bytes_in_the_query_give_400(
+    client: Client, token: str, query: bytes, parameter: str
+) -> None:
     status, headers, body = await raw_get(
         client, b"/v1/applicants", query, [(b"authorization", f"Bearer {token}".encode())]
     )
     error = assert_error(status, headers, body, 400)
-    assert error["details"]["parameter"] in ("query", "limit", "offset", "email_1")
+    assert error["details"]["parameter"] == parameter
+
+
+@pytest.mark.parametrize("route", ["list", "record"])
+@pytest.mark.parametrize(
+    ("query", "parameter", "value"),
+    [
+        ("limit=%FF", "limit", "%FF"),
+        ("offset=2&email_1=ann%C3%28", "email_1", "ann%C3%28"),
+        ("order-by=%ED%A0%80", "order-by", "%ED%A0%80"),  # an encoded surrogate is not UTF-8
+        ("limit=1&%FF=2", "%FF", "2"),  # a name that is not UTF-8 is named as sent
+    ],
+)
+async def test_a_value_not_utf8_is_a_400_naming_its_parameter(
+    client: Client, some_id: str, route: str, query: str, parameter: str, value: str
+) -> None:
+    path = "/v1/applicants" if route == "list" else f"/v1/applicants/{some_id}"
+    response = await client.get(f"{path}?{query}")
+    error = assert_error(response.status_code, response.headers, response.content, 400)
+    assert error["details"] == {"parameter": parameter, "value": value}
+    assert parameter in error["message"]
+    assert "UTF-8" in error["message"]
 
 
 async def test_raw_bytes_in_the_path_never_give_5xx(client: Client, token: str) -> None:

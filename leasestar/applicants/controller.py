@@ -15,7 +15,7 @@ from __future__ import annotations
 import hashlib
 from functools import lru_cache
 from typing import Annotated, Any, TypeVar, cast
-from urllib.parse import parse_qsl
+from urllib.parse import parse_qsl, unquote_to_bytes
 
 import msgspec
 from litestar import Controller, MediaType, Request, Response, get
@@ -77,9 +77,38 @@ def _query_pairs(raw: bytes) -> tuple[tuple[str, str], ...]:
     try:
         return tuple(parse_qsl(raw.decode("ascii"), keep_blank_values=True, errors="strict"))
     except UnicodeError:
-        raise InvalidParameter(
-            "query", raw.decode("latin-1"), "the query string must be percent-encoded UTF-8"
-        ) from None
+        raise _not_utf8(raw) from None
+
+
+def _text_of(component: bytes) -> str:
+    """A name or value of a query string as text; UnicodeError unless percent-encoded UTF-8."""
+    if not component.isascii():
+        raise UnicodeError("raw bytes beyond ASCII")
+    return unquote_to_bytes(component.replace(b"+", b" ")).decode("utf-8")
+
+
+def _not_utf8(raw: bytes) -> InvalidParameter:
+    """The refusal of a query string that is not percent-encoded UTF-8, naming the first
+    parameter whose value (or name) is not, as every other refusal names its parameter."""
+    for part in raw.split(b"&"):
+        name, _, value = part.partition(b"=")
+        sent_value = value.decode("latin-1")
+        try:
+            parameter = _text_of(name)
+        except UnicodeError:
+            parameter = name.decode("latin-1")
+            return InvalidParameter(
+                parameter, sent_value, f"the name {parameter} must be percent-encoded UTF-8"
+            )
+        try:
+            _text_of(value)
+        except UnicodeError:
+            return InvalidParameter(
+                parameter, sent_value, f"{parameter} must be percent-encoded UTF-8"
+            )
+    return InvalidParameter(
+        "query", raw.decode("latin-1"), "the query string must be percent-encoded UTF-8"
+    )
 
 
 @lru_cache(maxsize=4096)
