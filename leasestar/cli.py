@@ -19,11 +19,11 @@ from pathlib import Path
 from typing import IO, Final
 
 from leasestar import __version__
-from leasestar.applicants.ingest import (
+from leasestar.applicants.ndjson import export_ndjson
+from leasestar.applicants.pipeline import (
     WORKER_MIN_RECORDS,
     ImportRefused,
     WorkerFailed,
-    export_ndjson,
     import_ndjson,
     write_generated,
 )
@@ -53,7 +53,7 @@ class CommandError(Exception):
 class Progress:
     """A one-line progress bar on a terminal (stderr); silent when stderr is not one.
 
-    Implements `leasestar.applicants.ingest.ProgressReporter`. Redraws at most ten times a
+    Implements `leasestar.applicants.writer.ProgressReporter`. Redraws at most ten times a
     second, so reporting costs nothing measurable.
     """
 

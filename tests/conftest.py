@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from litestar.testing import AsyncTestClient
 
-from leasestar.applicants.ingest import write_records
+from leasestar.applicants.pipeline import write_records
 from leasestar.auth import create_token
 from leasestar.config import Settings
 from leasestar.database import open_for_write

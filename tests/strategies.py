@@ -32,7 +32,7 @@ from hypothesis import strategies as st
 from litestar import Litestar
 from litestar.testing import AsyncTestClient
 
-from leasestar.applicants.ingest import write_records
+from leasestar.applicants.pipeline import write_records
 from leasestar.applicants.records import Applicant, Application, Income, Pet, Screening
 from leasestar.auth import create_token
 from leasestar.config import Settings

@@ -488,7 +488,7 @@ def test_progress_is_silent_when_stderr_is_not_a_terminal(
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr("leasestar.applicants.ingest.PROGRESS_EVERY", 1)
+    monkeypatch.setattr("leasestar.applicants.pipeline.PROGRESS_EVERY", 1)
     source = tmp_path / "in.ndjson"
     source.write_bytes(b"".join(line(x_id=f"X{n}") for n in range(50)))
     code, _, err = run(capsys, "import", "--db", str(seeded), str(source))
@@ -500,7 +500,7 @@ def test_progress_is_silent_when_stderr_is_not_a_terminal(
 def test_import_draws_progress_by_bytes_on_a_terminal(
     seeded: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("leasestar.applicants.ingest.PROGRESS_EVERY", 1)
+    monkeypatch.setattr("leasestar.applicants.pipeline.PROGRESS_EVERY", 1)
     monkeypatch.setattr(sys, "stderr", FakeTerminal())
     source = tmp_path / "in.ndjson"
     source.write_bytes(b"".join(line(x_id=f"X{n}") for n in range(3)))

@@ -24,8 +24,10 @@ import msgspec
 import pytest
 from litestar.testing import AsyncTestClient
 
-from leasestar.applicants.ingest import KEPT_INDEXES, export_ndjson, import_ndjson, write_records
+from leasestar.applicants.ndjson import export_ndjson
+from leasestar.applicants.pipeline import import_ndjson, write_records
 from leasestar.applicants.records import applicant_encoder
+from leasestar.applicants.writer import KEPT_INDEXES
 from leasestar.auth import create_token
 from leasestar.config import Settings
 from leasestar.database import open_for_write
@@ -41,7 +43,7 @@ IMPORTED = 12_000
 PHASED_IMPORT = """
 import sys, time
 from pathlib import Path
-from leasestar.applicants.ingest import import_ndjson
+from leasestar.applicants.pipeline import import_ndjson
 from leasestar.database import open_for_write
 
 class Phases:

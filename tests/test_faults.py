@@ -26,8 +26,8 @@ import brotli
 import pytest
 from litestar.testing import AsyncTestClient
 
-from leasestar.applicants.ingest import ApplicantWriter
 from leasestar.applicants.records import Applicant
+from leasestar.applicants.writer import ApplicantWriter
 from leasestar.config import Settings
 from leasestar.main import create_app
 from tests.test_hardening import (

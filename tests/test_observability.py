@@ -14,7 +14,7 @@ import pytest
 from litestar.testing import AsyncTestClient
 from prometheus_client.parser import text_string_to_metric_families
 
-from leasestar.applicants.ingest import write_records
+from leasestar.applicants.pipeline import write_records
 from leasestar.config import LogFormat, Settings
 from leasestar.database import open_for_write
 from leasestar.main import create_app

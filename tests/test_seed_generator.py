@@ -18,7 +18,7 @@ from decimal import Decimal
 import msgspec
 import pytest
 
-from leasestar.applicants.ingest import _fields
+from leasestar.applicants.prepared import record_fields
 from leasestar.applicants.records import (
     SERVICE_FIELDS,
     Applicant,
@@ -47,7 +47,7 @@ def test_records_are_their_canonical_encoding_with_their_own_fields(seed: int) -
     for encoded, fields in synthetic_records(COUNT, seed):
         record = applicant_line_decoder.decode(encoded)  # validates, as an import does
         assert applicant_encoder.encode(record) == encoded
-        assert fields == _fields(record)
+        assert fields == record_fields(record)
 
 
 def test_the_same_arguments_give_the_same_bytes() -> None:

@@ -714,11 +714,3 @@ def build_page_select(
             skip,
         ),
     )
-
-
-def phone_digits(phone: str | None) -> str | None:
-    """The digits of a free-form phone, as stored for the phone_1 filter."""
-    if phone is None:
-        return None
-    digits = "".join(ch for ch in phone if "0" <= ch <= "9")
-    return digits or None

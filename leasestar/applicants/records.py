@@ -133,7 +133,7 @@ class Applicant(Record, kw_only=True):
     """One applicant, fields in the order of the specification (section 2.3).
 
     The four service fields (`id`, `created_at`, `updated_at`, `last_seen`) may be
-    absent on import; storage fills them (see leasestar/applicants/ingest.py). Everything a
+    absent on import; storage fills them (see leasestar/applicants/writer.py). Everything a
     stored or served record holds is filled.
     """
 

@@ -34,7 +34,7 @@ from datetime import date, timedelta
 from itertools import permutations
 from typing import Any, Final, NamedTuple, TypeVar
 
-from leasestar.applicants.ingest import RecordFields
+from leasestar.applicants.prepared import RecordFields
 from leasestar.applicants.records import Applicant, applicant_encoder, applicant_line_decoder
 
 INTEGRATIONS: Final = (

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from litestar.testing import AsyncTestClient
 
-from leasestar.applicants.ingest import write_records
+from leasestar.applicants.pipeline import write_records
 from leasestar.applicants.records import Applicant
 from leasestar.config import Settings
 from leasestar.main import create_app

@@ -27,7 +27,7 @@ import msgspec
 from hypothesis import HealthCheck, event, given, note, settings
 from hypothesis import strategies as st
 
-from leasestar.applicants.ingest import write_records
+from leasestar.applicants.pipeline import write_records
 from leasestar.database import open_for_write
 from tests.strategies import (
     DATE_BOUNDS,

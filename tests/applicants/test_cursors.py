@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 from litestar.testing import AsyncTestClient
 
 from leasestar.applicants.cursors import CursorCodec, CursorState, last_record_start
-from leasestar.applicants.ingest import write_records
+from leasestar.applicants.pipeline import write_records
 from leasestar.applicants.records import Applicant, SortKey
 from leasestar.auth import create_token
 from leasestar.config import Settings

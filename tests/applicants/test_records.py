@@ -23,8 +23,10 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from litestar.testing import AsyncTestClient
 
-from leasestar.applicants.ingest import RecordError, import_ndjson, parse_line
+from leasestar.applicants.ndjson import parse_line
+from leasestar.applicants.pipeline import import_ndjson
 from leasestar.applicants.records import APPLICANT_ID_RULE
+from leasestar.applicants.writer import RecordError
 from leasestar.auth import create_token
 from leasestar.config import Settings
 from leasestar.database import open_for_write

@@ -22,7 +22,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from litestar.testing import AsyncTestClient
 
-from leasestar.applicants.ingest import export_ndjson, import_ndjson
+from leasestar.applicants.ndjson import export_ndjson
+from leasestar.applicants.pipeline import import_ndjson
 from leasestar.applicants.records import Applicant, Application, Income
 from leasestar.auth import create_token
 from leasestar.config import Settings

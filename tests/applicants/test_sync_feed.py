@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, event, given, note, settings
 from hypothesis import strategies as st
 from litestar.testing import AsyncTestClient
 
-from leasestar.applicants.ingest import write_records
+from leasestar.applicants.pipeline import write_records
 from leasestar.applicants.records import Applicant
 from leasestar.auth import create_token
 from leasestar.config import Settings
