@@ -1,4 +1,4 @@
-"""The upsert and NDJSON in and out (leasestar/applicants/writer.py, ndjson.py, pipeline.py), rule by rule.
+"""The upsert and NDJSON in and out (writer.py, ndjson.py, pipeline.py), rule by rule.
 
 Expected values are built here by hand or with the Structs' own encoder, never read
 back from the code under test: a stored row is compared with what CONTRACT.md says it
