@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from litestar import Response
+from litestar.response import Stream
 
 _JSON_TYPE = (b"content-type", b"application/json")
 
@@ -54,3 +55,16 @@ class PreEncodedJSON(Response[Any]):
             {"type": "http.response.start", "status": self._status, "headers": self._raw_headers}
         )
         await send({"type": "http.response.body", "body": self._body})
+
+
+class OwnTypeStream(Stream):
+    """A streamed response whose own media type wins over the route's.
+
+    Litestar's `Stream.to_asgi_response` prefers the route's media type to the
+    response's, although its docstring says the opposite; the list route is declared
+    JSON (its page) and also streams NDJSON.
+    """
+
+    def to_asgi_response(self, *args: Any, **kwargs: Any) -> Any:
+        kwargs["media_type"] = self.media_type
+        return super().to_asgi_response(*args, **kwargs)

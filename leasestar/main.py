@@ -16,6 +16,7 @@ from litestar.openapi.spec import Components, SecurityScheme
 from litestar.types import ASGIApp, Receive, Scope, Send
 
 from leasestar import __version__
+from leasestar.applicants.changes import ChangeWatcher
 from leasestar.applicants.controller import ApplicantController
 from leasestar.applicants.cursors import CursorCodec
 from leasestar.applicants.storage import ApplicantReader
@@ -67,6 +68,7 @@ def create_app(settings: Settings | None = None) -> Litestar:
         app.state.read_pool = pool
         app.state.database_file = DatabaseFile.of(settings.db_path)
         app.state.reader = reader
+        app.state.change_watcher = ChangeWatcher(reader.data_version)
         app.state.metrics = metrics
         app.state.cursor_codec = CursorCodec(await reader.cursor_key())
         app.state.tokens = TokenRegistry(settings.db_path)
@@ -74,6 +76,7 @@ def create_app(settings: Settings | None = None) -> Litestar:
             yield
         finally:
             access_log.flush()
+            await app.state.change_watcher.close()
             app.state.tokens.close()
             await pool.close()
 

@@ -18,10 +18,12 @@ from litestar.openapi.datastructures import ResponseSpec
 from litestar.openapi.spec import (
     Example,
     OpenAPIHeader,
+    OpenAPIMediaType,
     OpenAPIResponse,
     OpenAPIType,
     Operation,
     Parameter,
+    Reference,
     Schema,
 )
 
@@ -128,17 +130,33 @@ IF_NONE_MATCH_PARAMETER: Final = Parameter(
 )
 
 
+NDJSON: Final = "application/x-ndjson"
+NDJSON_RECORDS: Final = OpenAPIMediaType(
+    schema=Reference(ref="#/components/schemas/Applicant"),
+    example=None,
+)
+NDJSON_DESCRIPTION: Final = (
+    " With `Accept: application/x-ndjson`: every matching applicant, one per line (each "
+    "line one `Applicant`, the bytes the JSON list has in `results`), streamed from one "
+    "snapshot; `limit`, `offset`, `cursor` and `wait` are refused. A sync stream "
+    '(`changed_since`) also sends a line `{"changeSeq":N}` after each batch and at its end: '
+    "everything up to N was sent; resume a cut stream with `changed_since=N`."
+)
+
+
 def operation_class(
     parameters: Iterable[Parameter] = (),
     *,
     conditional: bool = False,
     rate_limited: bool = False,
+    streamed: bool = False,
 ) -> type[Operation]:
     """An Operation that adds what the middleware does to what Litestar documents.
 
     `parameters` are documented in addition to the handler's own (the query parameters
     that the handler parses itself); `conditional` adds `If-None-Match` and `ETag`;
-    `rate_limited` adds the rate-limit headers to the success response.
+    `rate_limited` adds the rate-limit headers to the success response; `streamed` adds
+    the NDJSON stream of records as a second media type of the success response.
     """
     added: Sequence[Parameter] = [
         *parameters,
@@ -159,6 +177,12 @@ def operation_class(
                     headers["ETag"] = _ETAG
                 if rate_limited and status == "200":
                     headers.update(_RATE_LIMIT_HEADERS)
+                if streamed and status == "200":
+                    response.content = {
+                        **(response.content or {}),
+                        "application/x-ndjson": NDJSON_RECORDS,
+                    }
+                    response.description += NDJSON_DESCRIPTION
                 response.headers = headers
 
     return DocumentedOperation

@@ -12,6 +12,7 @@ declare the typed envelope so the OpenAPI document shows what is served.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 from functools import lru_cache
 from typing import Annotated, Any, TypeVar, cast
@@ -24,6 +25,7 @@ from litestar.exceptions import NotFoundException
 from litestar.openapi.spec import OpenAPIType, Operation, Parameter, Schema
 from litestar.params import PathParameter
 
+from leasestar.applicants.changes import ChangeWatcher
 from leasestar.applicants.cursors import CursorCodec, last_record, sort_key_values
 from leasestar.applicants.query import (
     PARAMETERS,
@@ -32,15 +34,17 @@ from leasestar.applicants.query import (
     cursor_state,
     parse_list_query,
     parse_record_query,
+    parse_wait,
     total_order,
 )
 from leasestar.applicants.records import PageMeta
 from leasestar.applicants.responses import ApplicantList, ApplicantSingle
 from leasestar.applicants.storage import ApplicantPage, ApplicantReader
-from leasestar.asgi import PreEncodedJSON, header_value
+from leasestar.applicants.stream import RecordStream, refuse_paging, wants_ndjson
+from leasestar.asgi import OwnTypeStream, PreEncodedJSON, header_value
 from leasestar.auth import TokenHolder, scope_label
 from leasestar.errors import InvalidParameter
-from leasestar.openapi import NOT_MODIFIED, error_responses, operation_class
+from leasestar.openapi import NDJSON, NOT_MODIFIED, error_responses, operation_class
 
 _meta_encoder = msgspec.json.Encoder()
 EnvelopeT = TypeVar("EnvelopeT")
@@ -65,9 +69,14 @@ def _openapi_parameter(spec: QueryParameterSpec) -> Parameter:
     )
 
 
-def _operation_with(specs: tuple[QueryParameterSpec, ...]) -> type[Operation]:
+def _operation_with(
+    specs: tuple[QueryParameterSpec, ...], *, streamed: bool = False
+) -> type[Operation]:
     return operation_class(
-        [_openapi_parameter(spec) for spec in specs], conditional=True, rate_limited=True
+        [_openapi_parameter(spec) for spec in specs],
+        conditional=True,
+        rate_limited=True,
+        streamed=streamed,
     )
 
 
@@ -194,6 +203,35 @@ async def _not_modified(
     return None
 
 
+def _stream(request: Request[TokenHolder, Any, State], codec: CursorCodec) -> Response[Any]:
+    """Every match of the query, as NDJSON from one snapshot (see `stream.py`)."""
+    raw = request.scope["query_string"]
+    refuse_paging(_query_pairs(raw))
+    query = _list_query(raw, codec)
+    records = RecordStream(request.app.state.database_file.path, query, _scope(request))
+    return cast("Response[Any]", OwnTypeStream(records.chunks(), media_type=NDJSON))
+
+
+async def _wait_for_changes(
+    request: Request[TokenHolder, Any, State], query: ApplicantQuery, page: ApplicantPage, wait: int
+) -> ApplicantPage:
+    """Hold an empty sync page until a write brings this query records, or `wait` ends."""
+    watcher: ChangeWatcher = request.app.state.change_watcher
+    reader: ApplicantReader = request.app.state.reader
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + wait
+    version = page.data_version
+    while loop.time() < deadline:
+        moved = await watcher.wait_past(version, deadline)
+        if moved is None:
+            break
+        page = await reader.fetch_page(query, _scope(request))
+        version = max(moved, page.data_version)
+        if page.returned:  # else the write was none of this query's business: wait on
+            break
+    return page
+
+
 class ApplicantController(Controller):
     """`/v1/applicants`: the list and the single record."""
 
@@ -208,7 +246,7 @@ class ApplicantController(Controller):
         responses=LIST_RESPONSES,
         summary="List applicants",
         response_description="One page of applicants.",
-        operation_class=_operation_with(PARAMETERS),
+        operation_class=_operation_with(PARAMETERS, streamed=True),
         media_type=_JSON,
     )
     async def list_applicants(
@@ -217,11 +255,17 @@ class ApplicantController(Controller):
         """Applicants matching the filters and the token's scope, one page at a time."""
         database_codec: CursorCodec = request.app.state.cursor_codec
         codec = database_codec.for_scope(_scope(request))
-        query = _list_query(request.scope["query_string"], codec)
-        if (not_modified := await _not_modified(request, ApplicantList)) is not None:
+        raw = request.scope["query_string"]
+        if wants_ndjson(header_value(request.scope["headers"], b"accept")):
+            return _stream(request, codec)
+        query = _list_query(raw, codec)
+        wait = parse_wait(dict(_query_pairs(raw)).get("wait"), sync=query.changed_since is not None)
+        if not wait and (not_modified := await _not_modified(request, ApplicantList)) is not None:
             return not_modified
         reader: ApplicantReader = request.app.state.reader
         page = await reader.fetch_page(query, _scope(request))
+        if wait and not page.returned:
+            page = await _wait_for_changes(request, query, page, wait)
         body = b"".join(
             (
                 b'{"meta":',

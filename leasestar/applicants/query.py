@@ -27,6 +27,7 @@ MAX_LIMIT: Final = 250
 DEFAULT_LIMIT: Final = 100
 MAX_OFFSET: Final = 2**63 - 1
 MAX_ORDER_KEYS: Final = 4
+MAX_WAIT_SECONDS: Final = 60
 
 # API field name -> SQL column. The only identifiers that ever reach ORDER BY.
 SORTABLE_FIELDS: Final[Mapping[str, str]] = {
@@ -200,6 +201,15 @@ PARAMETERS: Final[tuple[QueryParameterSpec, ...]] = (
         "Start at 0, follow `meta.next` while `hasMore`, then store `meta.changeSeq` and "
         "pass it here next time.",
         {"type": "integer", "minimum": 0, "maximum": MAX_OFFSET},
+        list_only=True,
+    ),
+    QueryParameterSpec(
+        "wait",
+        "Long poll of the sync feed, with `changed_since` (or its cursor): when no record "
+        f"is newer, hold the request up to this many seconds (0 to {MAX_WAIT_SECONDS}) until "
+        "a write lands, then answer with the new records; when none lands, an empty page "
+        "whose `meta.changeSeq` is the one asked for.",
+        {"type": "integer", "minimum": 0, "maximum": MAX_WAIT_SECONDS},
         list_only=True,
     ),
 )
@@ -387,6 +397,7 @@ def parse_list_query(
 ) -> ApplicantQuery:
     """Validate the query string of `GET /v1/applicants` (with its cursor, if any)."""
     values = _single_values(pairs, LIST_PARAMETER_NAMES)
+    values.pop("wait", None)  # how long to hold the answer, not what it is: parse_wait
     cursor = values.pop("cursor", None)
     if cursor is None or codec is None:
         if cursor is not None:
@@ -714,3 +725,15 @@ def build_page_select(
             skip,
         ),
     )
+
+
+def parse_wait(text: str | None, *, sync: bool) -> int:
+    """Seconds to hold an empty sync page (`wait`); 0 when not asked for."""
+    if text is None or text == "":
+        return 0
+    seconds = _integer("wait", text, 0, MAX_WAIT_SECONDS)
+    if seconds and not sync:
+        raise InvalidParameter(
+            "wait", text, "wait applies only to the sync feed: give changed_since (or its cursor)"
+        )
+    return seconds
