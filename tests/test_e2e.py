@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import queue
 import re
 import socket
@@ -14,60 +13,18 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
 import httpx
 import pytest
 
 from leasestar.auth import create_token
 from leasestar.database import open_for_write
+from tests.servers import ROOT, START_TIMEOUT, clean_env, free_port, serving, stop, wait_for_health
 
 pytestmark = pytest.mark.e2e
 
-ROOT = Path(__file__).resolve().parent.parent
 CURL = re.compile(r"curl -H 'Authorization: Bearer (?P<token>[^']+)' '(?P<url>http://[^']+)'")
-START_TIMEOUT = 60.0
-UVICORN = [sys.executable, "-m", "uvicorn", "--factory", "leasestar.main:create_app_from_env",
-           "--host", "127.0.0.1"]  # fmt: skip
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
-def clean_env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LEASESTAR_")}
-    env.update(extra)
-    return env
-
-
-def wait_for_health(base_url: str, process: subprocess.Popen[Any], log: Path) -> None:
-    deadline = time.monotonic() + START_TIMEOUT
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise AssertionError(f"server exited with {process.returncode}: {log.read_text()}")
-        try:
-            response = httpx.get(f"{base_url}/health", timeout=2)
-        except httpx.TransportError:
-            time.sleep(0.1)
-            continue
-        assert response.status_code == 200
-        assert response.json() == {"status": "ok"}
-        return
-    raise AssertionError(f"server did not answer /health in {START_TIMEOUT} s: {log.read_text()}")
-
-
-def stop(process: subprocess.Popen[Any]) -> None:
-    if process.poll() is None:
-        process.terminate()
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=15)
 
 
 def raw_http(port: int, target: bytes, token: str) -> bytes:
@@ -104,22 +61,8 @@ def server(
         token = create_token(connection, "e2e")
     finally:
         connection.close()
-    port = free_port()
-    log = directory / "server.log"
-    with log.open("wb") as log_file:
-        process = subprocess.Popen(
-            [*UVICORN, "--port", str(port)],
-            cwd=ROOT,
-            env=clean_env(LEASESTAR_DB=str(path)),
-            stdout=log_file,
-            stderr=subprocess.STDOUT,
-        )
-    try:
-        base_url = f"http://127.0.0.1:{port}"
-        wait_for_health(base_url, process, log)
+    with serving(path, directory / "server.log") as (base_url, port):
         yield base_url, token, path, port
-    finally:
-        stop(process)
 
 
 def test_list_auth_and_one_record_over_http(server: tuple[str, str, Path, int]) -> None:

@@ -75,6 +75,7 @@ LIST_ONLY_PARAMETERS = {
     "x_id",
     "cursor",
     "changed_since",
+    "wait",
 }
 # CONTRACT.md, "Errors".
 ERROR_CODES = {
@@ -201,12 +202,13 @@ async def test_query_parameters_are_documented_with_their_rules(document: Docume
         assert parameter["schema"]["type"] in ("string", "integer"), name
     bounds = {
         name: {key: listed[name]["schema"].get(key) for key in ("minimum", "maximum", "default")}
-        for name in ("offset", "limit", "changed_since")
+        for name in ("offset", "limit", "changed_since", "wait")
     }
     assert bounds == {
         "offset": {"minimum": 0, "maximum": 2**63 - 1, "default": 0},
         "limit": {"minimum": 1, "maximum": 250, "default": 100},
         "changed_since": {"minimum": 0, "maximum": 2**63 - 1, "default": None},
+        "wait": {"minimum": 0, "maximum": 60, "default": None},
     }
     order_by = listed["order-by"]
     assert order_by["schema"]["default"] == "created_at:desc"
@@ -285,6 +287,17 @@ async def test_applicant_schema_is_the_served_record(client: Client, document: D
     for nested in ("Application", "Pet", "Screening", "Income"):
         schema = _component(document, nested)
         assert set(schema["required"]) == set(schema["properties"]), nested
+
+
+async def test_the_list_documents_its_ndjson_stream(document: Document) -> None:
+    ok = document["paths"][LIST]["get"]["responses"]["200"]
+    assert set(ok["content"]) == {"application/json", "application/x-ndjson"}
+    assert ok["content"]["application/x-ndjson"]["schema"] == {
+        "$ref": "#/components/schemas/Applicant"
+    }
+    assert "changeSeq" in ok["description"]
+    record = document["paths"][RECORD]["get"]["responses"]["200"]
+    assert set(record["content"]) == {"application/json"}
 
 
 def test_response_structs_have_the_record_fields_in_order() -> None:

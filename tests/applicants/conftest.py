@@ -1,0 +1,56 @@
+"""A real server per test module for the streaming and long-poll tests."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import msgspec
+import pytest
+
+from leasestar.applicants.ingest import write_records
+from leasestar.auth import create_token
+from leasestar.database import open_for_write
+from leasestar.seed.generator import synthetic_applicants
+from tests.servers import serving
+
+RECORDS = 2_500  # more than two of the stream's 1,000-row batches
+SCOPE = "int_entrata_01"
+# High enough never to refuse a test, and its headers show what each request counted.
+RATE_LIMIT = 100_000
+
+
+class Server(msgspec.Struct):
+    base_url: str
+    path: Path
+    token: str
+    scoped_token: str
+
+
+@pytest.fixture(scope="module")
+def live_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """uvicorn over 2,500 seeded applicants, with an unscoped and a scoped token."""
+    directory = tmp_path_factory.mktemp("stream")
+    path = directory / "leasestar.db"
+    connection = open_for_write(path)
+    try:
+        write_records(connection, synthetic_applicants(RECORDS, seed=3))
+        token = create_token(connection, "all")
+        scoped = create_token(connection, "one", (SCOPE,))
+    finally:
+        connection.close()
+    with serving(path, directory / "server.log", LEASESTAR_RATE_LIMIT=f"{RATE_LIMIT}/minute") as (
+        base_url,
+        _,
+    ):
+        yield Server(base_url=base_url, path=path, token=token, scoped_token=scoped)
+
+
+def client_of(server: Server, token: str | None = None) -> httpx.Client:
+    """An HTTP client of the server, with the unscoped token unless another is given."""
+    return httpx.Client(
+        base_url=server.base_url,
+        headers={"Authorization": f"Bearer {token or server.token}"},
+        timeout=60,
+    )
