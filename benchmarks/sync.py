@@ -29,7 +29,7 @@ from pathlib import Path
 import harness
 import msgspec
 
-from leasestar.applicants.ingest import write_records
+from leasestar.applicants.pipeline import write_records
 from leasestar.applicants.records import Applicant
 from leasestar.database import open_for_write
 

@@ -9,7 +9,7 @@ import httpx
 import msgspec
 import pytest
 
-from leasestar.applicants.ingest import write_records
+from leasestar.applicants.pipeline import write_records
 from leasestar.auth import create_token
 from leasestar.database import open_for_write
 from leasestar.seed.generator import synthetic_applicants
