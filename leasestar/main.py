@@ -28,6 +28,8 @@ from leasestar.docs import docs_assets, docs_page
 from leasestar.errors import EXCEPTION_HANDLERS
 from leasestar.hygiene import HygieneMiddleware
 from leasestar.observability import AccessLog, Metrics, ObservabilityMiddleware
+from leasestar.replica.layout import ReplicaLayout
+from leasestar.replica.status import ReplicaMetrics
 from leasestar.service import DatabaseFile, ServiceController
 
 UNAUTHENTICATED_PATHS = ["^/schema", "^/health", "^/metrics"]
@@ -58,10 +60,15 @@ def create_app(settings: Settings | None = None) -> Litestar:
     settings = settings or Settings.from_env()
     metrics = Metrics()
     access_log = AccessLog(settings.log_format)
+    # A replica's database is written only by its follower (`leasestar.replica`).
+    layout = ReplicaLayout(settings.db_path)
+    replica = layout if layout.marker() is not None else None
+    replica_metrics = ReplicaMetrics(metrics.registry) if replica is not None else None
 
     @asynccontextmanager
     async def database(app: Litestar) -> AsyncIterator[None]:
-        open_for_write(settings.db_path).close()  # create or migrate before reading
+        if replica is None:
+            open_for_write(settings.db_path).close()  # create or migrate before reading
         pool = ReadPool(settings.db_path, settings.read_connections)
         await pool.open()
         reader = ApplicantReader(pool)
@@ -70,6 +77,8 @@ def create_app(settings: Settings | None = None) -> Litestar:
         app.state.reader = reader
         app.state.change_watcher = ChangeWatcher(reader.data_version)
         app.state.metrics = metrics
+        app.state.replica = replica
+        app.state.replica_metrics = replica_metrics
         app.state.cursor_codec = CursorCodec(await reader.cursor_key())
         app.state.tokens = TokenRegistry(settings.db_path)
         try:

@@ -18,12 +18,24 @@ from leasestar.database import ReadPool, read_uri
 from leasestar.errors import error_response
 from leasestar.observability import Metrics
 from leasestar.openapi import error_responses, operation_class
+from leasestar.replica.layout import ReplicaLayout
+from leasestar.replica.status import ReplicaHealth, ReplicaMetrics, health_of, read_status
 
 logger = logging.getLogger("leasestar.health")
 
 
 class HealthStatus(msgspec.Struct):
     status: Literal["ok"]
+    # Only on a replica: how fresh what it serves is (see the README, "Edge replicas").
+    replica: ReplicaHealth | msgspec.UnsetType = msgspec.UNSET
+
+
+def _replica_health(state: State) -> ReplicaHealth | None:
+    layout: ReplicaLayout | None = state.replica
+    if layout is None:
+        return None
+    status = read_status(layout.status_path)
+    return health_of(status) if status is not None else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,7 +94,8 @@ class ServiceController(Controller):
             return cast(
                 "Response[HealthStatus]", error_response(503, "the database is unavailable")
             )
-        return Response(HealthStatus(status="ok"))
+        replica = _replica_health(request.app.state)
+        return Response(HealthStatus(status="ok", replica=replica or msgspec.UNSET))
 
     @get(
         "/metrics",
@@ -101,6 +114,9 @@ class ServiceController(Controller):
         reader: ApplicantReader = request.app.state.reader
         metrics: Metrics = request.app.state.metrics
         metrics.applicants.set(await reader.total_rows())
+        replica_metrics: ReplicaMetrics | None = request.app.state.replica_metrics
+        if replica_metrics is not None:
+            replica_metrics.update(_replica_health(request.app.state))
         body, content_type = metrics.render()
         # Set as is: Litestar would append a second `charset` to a text/* media type, and
         # Prometheus 3 refuses a malformed Content-Type.

@@ -1,0 +1,190 @@
+"""Copying the file Litestream follows into the database a replica serves.
+
+`litestream restore -f` writes pages straight into its file, around SQLite, under
+SQLite's own lock bytes: a reader that holds SQLITE's SHARED lock on that file sees it
+between two applied transactions, never in the middle of one. A connection kept open
+on it would not notice the pages change under its cache, so it is read only through a
+fresh ATTACH, inside one write transaction on the served database:
+
+- the rows whose change sequence is above the served database's, and the token table if
+  it differs, are written in one transaction, so readers of the served database (in WAL
+  mode, like a primary) see the old state or the new one, and every cache keyed by the
+  change sequence moves with it;
+- the followed file must come from the same primary (`primary_identity`), be no older
+  than what is served, and have the same schema; otherwise nothing is written.
+
+Every write to an applicant gives it a new change sequence and records are never deleted
+(`leasestar/applicants/ingest.py`), so those rows are exactly what changed. The cost is
+that of writing the changed rows, as it was on the primary, instead of a copy of the
+whole database per change (measured in `docs/replicas.md`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+from leasestar.database import BUSY_TIMEOUT_MS, SCHEMA_VERSION, read_uri
+from leasestar.replica.layout import ReplicaError
+
+_IDENTITY_LABEL: Final = b"leasestar primary\0"
+
+
+class FollowerGone(Exception):
+    """The follower stopped: the file it wrote may hold half a transaction."""
+
+
+class OtherPrimary(ReplicaError):
+    """The store holds another primary's database (or none of leasestar's)."""
+
+
+class StoreBehind(Exception):
+    """The followed file is older than the database served: the store went back."""
+
+
+class SchemaDiffers(Exception):
+    """The primary's schema is not the served database's: copy it whole."""
+
+
+@dataclass(frozen=True, slots=True)
+class Applied:
+    change_seq: int  # the served database's change sequence now
+    rows: int  # applicant rows written
+    tokens: bool  # whether the token table was rewritten
+
+
+def primary_identity(cursor_key: bytes) -> str:
+    """Names a primary database: from its random cursor key, which never changes and is
+    copied to its replicas, hashed so that the key itself is never written anywhere else."""
+    return hashlib.sha256(_IDENTITY_LABEL + cursor_key).hexdigest()[:32]
+
+
+def identity_of(connection: sqlite3.Connection, schema: str = "main") -> str:
+    """The primary identity of an open leasestar database (`schema` is ours, not input)."""
+    try:
+        row = connection.execute(f"SELECT cursor_key FROM {schema}.sync_state").fetchone()
+    except sqlite3.DatabaseError:
+        raise OtherPrimary("the store does not hold a leasestar database") from None
+    if row is None:
+        raise OtherPrimary("the store does not hold a leasestar database")
+    return primary_identity(bytes(row[0]))
+
+
+def make_readable(followed: Path) -> None:
+    """Put the followed file's header in rollback-journal mode, once after its restore.
+
+    A restore keeps the primary's WAL-mode header; read that way, a connection holds its
+    SHARED lock for as long as it is open and stalls the follower (and never sees its
+    pages change). In rollback mode a reader holds the lock only while it reads, and
+    litestream writes the same header bytes whenever it applies page 1.
+    """
+    connection = sqlite3.connect(followed, isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000)
+    try:
+        connection.execute("PRAGMA journal_mode = DELETE").fetchone()
+    finally:
+        connection.close()
+
+
+def copy_whole(followed: Path, served: Path, alive: Callable[[], bool]) -> str:
+    """Create `served` as a copy of the followed file (SQLite's backup API, one read
+    transaction); returns the primary's identity. The copy is built beside and renamed."""
+    partial = served.with_name(served.name + ".partial")
+    partial.unlink(missing_ok=True)
+    source = sqlite3.connect(read_uri(followed), uri=True, timeout=BUSY_TIMEOUT_MS / 1000)
+    try:
+        _check_version(source)
+        identity = identity_of(source)
+        target = sqlite3.connect(partial, isolation_level=None)
+        try:
+            source.backup(target)
+            target.execute("PRAGMA journal_mode = WAL").fetchone()
+        finally:
+            target.close()
+    finally:
+        source.close()
+    # Still running, so it wrote nothing while the copy held the file's SHARED lock, and
+    # had finished every transaction it started before.
+    if not alive():
+        partial.unlink(missing_ok=True)
+        raise FollowerGone
+    partial.replace(served)
+    return identity
+
+
+def open_served(served: Path) -> sqlite3.Connection:
+    """The replica's one write connection to the database it serves."""
+    connection = sqlite3.connect(
+        served, isolation_level=None, check_same_thread=False, timeout=BUSY_TIMEOUT_MS / 1000
+    )
+    connection.execute("PRAGMA synchronous = NORMAL")
+    return connection
+
+
+def apply_changes(
+    served: sqlite3.Connection, followed: Path, identity: str, alive: Callable[[], bool]
+) -> Applied:
+    """Write what the followed file holds beyond the served database, in one transaction."""
+    served.execute("ATTACH DATABASE ? AS followed", (read_uri(followed),))
+    try:
+        served.execute("BEGIN IMMEDIATE")
+        try:
+            applied = _apply(served, identity, alive)
+        except BaseException:
+            served.execute("ROLLBACK")
+            raise
+        served.execute("COMMIT")
+        return applied
+    finally:
+        served.execute("DETACH DATABASE followed")
+
+
+def _apply(served: sqlite3.Connection, identity: str, alive: Callable[[], bool]) -> Applied:
+    # The first read of the followed file takes its SHARED lock, kept to the end of the
+    # transaction: from here the follower cannot write it.
+    if identity_of(served, "followed") != identity:
+        raise OtherPrimary("the store holds another primary's database")
+    if not alive():
+        raise FollowerGone
+    (followed_seq,) = served.execute("SELECT change_seq FROM followed.sync_state").fetchone()
+    (served_seq,) = served.execute("SELECT change_seq FROM main.sync_state").fetchone()
+    if followed_seq < served_seq:
+        raise StoreBehind
+    _check_version(served, "followed")
+    if _schema(served, "followed") != _schema(served, "main"):
+        raise SchemaDiffers
+    rows = 0
+    if followed_seq > served_seq:
+        cursor = served.execute(
+            "INSERT OR REPLACE INTO main.applicants "
+            "SELECT * FROM followed.applicants WHERE change_seq > ?",
+            (served_seq,),
+        )
+        rows = cursor.rowcount
+        served.execute("UPDATE main.sync_state SET change_seq = ?", (followed_seq,))
+    (tokens_differ,) = served.execute(
+        "SELECT EXISTS (SELECT * FROM main.tokens EXCEPT SELECT * FROM followed.tokens) "
+        "OR EXISTS (SELECT * FROM followed.tokens EXCEPT SELECT * FROM main.tokens)"
+    ).fetchone()
+    if tokens_differ:
+        served.execute("DELETE FROM main.tokens")
+        served.execute("INSERT INTO main.tokens SELECT * FROM followed.tokens")
+    return Applied(int(followed_seq), rows, bool(tokens_differ))
+
+
+def _schema(connection: sqlite3.Connection, schema: str) -> list[tuple[str, str, str]]:
+    return connection.execute(
+        f"SELECT type, name, sql FROM {schema}.sqlite_schema ORDER BY type, name"
+    ).fetchall()
+
+
+def _check_version(connection: sqlite3.Connection, schema: str = "main") -> None:
+    (version,) = connection.execute(f"PRAGMA {schema}.user_version").fetchone()
+    if version > SCHEMA_VERSION:
+        raise ReplicaError(
+            f"the primary's database has schema version {version}; this leasestar "
+            f"understands up to {SCHEMA_VERSION}: upgrade leasestar on the replica"
+        )
