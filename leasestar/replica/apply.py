@@ -14,7 +14,7 @@ fresh ATTACH, inside one write transaction on the served database:
   than what is served, and have the same schema; otherwise nothing is written.
 
 Every write to an applicant gives it a new change sequence and records are never deleted
-(`leasestar/applicants/ingest.py`), so those rows are exactly what changed. The cost is
+(`leasestar/applicants/writer.py`), so those rows are exactly what changed. The cost is
 that of writing the changed rows, as it was on the primary, instead of a copy of the
 whole database per change (measured in `docs/replicas.md`).
 """

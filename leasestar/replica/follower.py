@@ -41,6 +41,7 @@ from leasestar.replica.apply import (
 from leasestar.replica.layout import FOLLOWED_NAME, ReplicaError, ReplicaLayout, ReplicaMarker
 from leasestar.replica.litestream import (
     check_url,
+    dies_with_parent,
     follow_command,
     list_store,
     replica_config,
@@ -52,21 +53,14 @@ logger = logging.getLogger("leasestar.replica")
 
 REFRESH_POLL_SECONDS: Final = 0.1
 STORE_POLL_SECONDS: Final = 1.0
-# A follower whose transaction has not moved for this long while the store's has is
+# A follower that has not applied anything for this long while the store held more is
 # restarted (litestream's follow loop can stop applying without exiting).
-STALL_SECONDS: Final = 30.0
+STALL_SECONDS: Final = 60.0
 RESTART_BACKOFF_SECONDS: Final = (1.0, 2.0, 5.0, 10.0, 30.0)
 REFUSED_RETRY_SECONDS: Final = 60.0
 # At start, a replica that already has a database waits this long for the store's copy
 # to compare it with, then serves what it has.
 START_WAIT_SECONDS: Final = 60.0
-
-
-def _pdeathsig() -> list[str]:
-    """Prefix that makes the kernel kill the follower when this process dies (even by
-    SIGKILL): util-linux's setpriv, where there is one."""
-    setpriv = shutil.which("setpriv")
-    return [setpriv, "--pdeathsig", "KILL"] if setpriv else []
 
 
 class Follower:
@@ -88,7 +82,7 @@ class Follower:
         self._failures = 0
         self._refused_at: float | None = None
         self._follower_txid = 0
-        self._follower_moved_at = 0.0
+        self._behind_store_since: float | None = None  # the follower's, monotonic
         self._served: sqlite3.Connection | None = None
         self._identity = ""
         self.status = ReplicaStatus(of=self.url)
@@ -219,12 +213,12 @@ class Follower:
         self._followed = directory / FOLLOWED_NAME
         self._readable = False
         self._follower_txid = 0
-        self._follower_moved_at = time.monotonic()
+        self._behind_store_since = None
         self._started_at = time.monotonic()
         command = follow_command(self._binary, self.layout.config_path, self._followed)
         with (directory / "litestream.log").open("wb") as log:
             self._process = subprocess.Popen(  # noqa: S603 - an argument list, no shell
-                [*_pdeathsig(), *command],
+                dies_with_parent(command),
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -294,7 +288,7 @@ class Follower:
             if txid is None:
                 return
             if txid != self._follower_txid:
-                self._follower_txid, self._follower_moved_at = txid, time.monotonic()
+                self._follower_txid, self._behind_store_since = txid, None
             if txid == self.status.served_txid and self._readable:
                 return
             try:
@@ -386,8 +380,10 @@ class Follower:
                 self._restart_follower(f"it exited ({self._follower_error()})")
         elif self._follower_txid > store_txid:
             self._restart_follower("the store went back (replaced or restored)")
-        elif store_txid > self._follower_txid and now - self._follower_moved_at > STALL_SECONDS:
-            self._restart_follower(f"no progress for {STALL_SECONDS:.0f} s")
+        elif store_txid > self._follower_txid:
+            self._behind_store_since = self._behind_store_since or now
+            if now - self._behind_store_since > STALL_SECONDS:
+                self._restart_follower(f"no progress for {STALL_SECONDS:.0f} s")
 
 
 def _read_txid(followed: Path) -> int | None:

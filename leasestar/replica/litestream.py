@@ -92,8 +92,15 @@ def write_config(path: Path, database: Path, url: str) -> None:
     path.chmod(0o600)  # an sftp URL may carry a password
 
 
+def dies_with_parent(command: list[str]) -> list[str]:
+    """`command`, made to be killed by the kernel when the process that starts it dies
+    (even by SIGKILL), through util-linux's setpriv where there is one."""
+    setpriv = shutil.which("setpriv")
+    return [setpriv, "--pdeathsig", "KILL", *command] if setpriv else command
+
+
 def replicate_command(binary: Path, config: Path) -> list[str]:
-    return [str(binary), "replicate", "-config", str(config), "-no-expand-env"]
+    return dies_with_parent([str(binary), "replicate", "-config", str(config), "-no-expand-env"])
 
 
 def follow_command(binary: Path, config: Path, output: Path) -> list[str]:
@@ -155,7 +162,11 @@ def list_store(binary: Path, config: Path) -> StoreListing:
         raise OSError(f"no answer from the store in {LISTING_TIMEOUT_SECONDS:.0f} s") from None
     if done.returncode != 0:
         message = done.stderr.decode(errors="replace").strip().splitlines()
-        raise OSError(message[-1] if message else f"litestream ltx exited {done.returncode}")
+        raise OSError(
+            message[-1].removeprefix("Error: ")
+            if message
+            else f"litestream ltx exited {done.returncode}"
+        )
     try:
         listed = msgspec.json.decode(done.stdout, type=list[StoreFile])
     except msgspec.DecodeError as error:
