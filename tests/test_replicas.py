@@ -149,6 +149,12 @@ def start_serving(node: Node, *args: str) -> None:
     wait_until(answers, f"{node.name} to answer /health")
 
 
+def start_seeding(database: Path, count: int, seed: int) -> subprocess.Popen[bytes]:
+    """`leasestar seed` running in the background: one write transaction on the primary."""
+    command = [LEASESTAR, "seed", "--db", str(database), "--count", str(count), "--seed", str(seed)]
+    return subprocess.Popen(command, env=clean_env(), stdout=subprocess.DEVNULL)
+
+
 def start_replicate(topology: Topology, database: Path) -> subprocess.Popen[bytes]:
     log = (topology.directory / "replicate.log").open("ab")
     with log:
@@ -362,20 +368,7 @@ def test_imports_reach_every_replica_whole(topology: Topology, tmp_path: Path) -
     before = totals(topology.primary, topology.token)
     feed_from = get(topology.primary, "/v1/applicants?changed_since=0&limit=1", topology.token)
     since = change_seq(topology.primary.database)
-    seeding = subprocess.Popen(
-        [
-            LEASESTAR,
-            "seed",
-            "--db",
-            str(topology.primary.database),
-            "--count",
-            "3000",
-            "--seed",
-            "41",
-        ],
-        env=clean_env(),
-        stdout=subprocess.DEVNULL,
-    )
+    seeding = start_seeding(topology.primary.database, 3000, 41)
     seen: set[int] = set()
 
     def replicas_have_it() -> bool:
@@ -479,20 +472,7 @@ def test_a_replica_killed_while_applying_restarts_and_catches_up(topology: Topol
     assert replica.process is not None
     followers = children(replica.process.pid)
     assert followers, "the replica runs its litestream follower as a child"
-    seeding = subprocess.Popen(
-        [
-            LEASESTAR,
-            "seed",
-            "--db",
-            str(topology.primary.database),
-            "--count",
-            "3000",
-            "--seed",
-            "43",
-        ],
-        env=clean_env(),
-        stdout=subprocess.DEVNULL,
-    )
+    seeding = start_seeding(topology.primary.database, 3000, 43)
     assert seeding.wait(timeout=120) == 0
     # Killed as soon as the store holds the import and the replica has not served it yet.
     wait_until(
