@@ -42,7 +42,8 @@ import harness
 from harness import CLIENT_CORE, CONNECTIONS, SERVER_CORE, WrkTarget, say
 
 from leasestar.applicants.cursors import CursorCodec, key_values
-from leasestar.applicants.query import ApplicantQuery, cursor_state, parse_order_by, total_order
+from leasestar.applicants.ordering import total_order
+from leasestar.applicants.query import ApplicantQuery, cursor_state, parse_order_by
 
 BEGIN, END = "<!-- BEGIN cursors -->", "<!-- END cursors -->"
 DEPTHS = (0.1, 0.5, 0.9)

@@ -27,15 +27,15 @@ from litestar.params import PathParameter
 
 from leasestar.applicants.changes import ChangeWatcher
 from leasestar.applicants.cursors import CursorCodec, last_record, sort_key_values
+from leasestar.applicants.filters import QueryParameterSpec
+from leasestar.applicants.ordering import total_order
 from leasestar.applicants.query import (
     PARAMETERS,
     ApplicantQuery,
-    QueryParameterSpec,
     cursor_state,
     parse_list_query,
     parse_record_query,
     parse_wait,
-    total_order,
 )
 from leasestar.applicants.records import PageMeta
 from leasestar.applicants.responses import ApplicantList, ApplicantSingle

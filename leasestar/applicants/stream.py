@@ -27,7 +27,8 @@ from collections.abc import AsyncIterator, Iterable
 from pathlib import Path
 from typing import Final
 
-from leasestar.applicants.query import ApplicantQuery, build_order_by, build_where
+from leasestar.applicants import plan
+from leasestar.applicants.query import ApplicantQuery
 from leasestar.database import BUSY_TIMEOUT_MS, read_uri
 from leasestar.errors import InvalidParameter
 from leasestar.openapi import NDJSON
@@ -82,12 +83,8 @@ class RecordStream:
     """The matches of a query, in its order, as NDJSON chunks from one snapshot."""
 
     def __init__(self, path: Path, query: ApplicantQuery, scope: frozenset[str] | None) -> None:
-        where = build_where(query, scope)
-        self._sql = (
-            f"SELECT CAST(body AS BLOB), change_seq FROM applicants {where.sql} "
-            f"{build_order_by(query.order_by)}"
-        )
-        self._params = where.params
+        statement = plan.stream(query, scope)
+        self._sql, self._params = statement.sql, statement.params
         self._path = path
         self._sync_from = query.changed_since  # None: not a sync stream
 

@@ -28,18 +28,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from leasestar.applicants import storage
+from leasestar.applicants import plan as plan_module
 from leasestar.applicants.cursors import KeyValue, key_values
-from leasestar.applicants.query import (
-    MAX_OFFSET,
+from leasestar.applicants.ordering import (
     SORTABLE_FIELDS,
-    ApplicantQuery,
     build_order_by,
     keyset_ranges,
     order_columns,
-    parse_order_by,
     total_order,
 )
+from leasestar.applicants.query import MAX_OFFSET, ApplicantQuery, parse_order_by
 from leasestar.applicants.records import SortKey
 from leasestar.applicants.storage import ApplicantReader
 from leasestar.database import ReadPool, read_uri
@@ -201,7 +199,10 @@ async def test_a_deep_offset_seeks_from_its_checkpoint(
     block's edge, with and without rows to skip."""
     order = parse_order_by(f"{field}:{direction}")
     rows = ordered_rows(seeded, order)
-    with patch.object(storage, "CHECKPOINT_EVERY", 7), patch.object(storage, "DEEP_OFFSET", 0):
+    with (
+        patch.object(plan_module, "CHECKPOINT_EVERY", 7),
+        patch.object(plan_module, "DEEP_OFFSET", 0),
+    ):
         for offset in range(len(rows)):
             query = ApplicantQuery(limit=LIMIT, order_by=order, offset=offset)
             ids, sql, plan = await served_page(seeded, query)

@@ -15,7 +15,7 @@ from unittest.mock import patch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from leasestar.applicants import storage
+from leasestar.applicants import plan
 from leasestar.applicants.pipeline import write_records
 from leasestar.database import open_for_write
 from tests.strategies import (
@@ -87,8 +87,8 @@ async def test_checkpoint_seeks_serve_the_model_slices(
     the seek must serve exactly the pages a plain offset would, before and after a write
     moves the checkpoints."""
     with (
-        patch.object(storage, "CHECKPOINT_EVERY", every),
-        patch.object(storage, "DEEP_OFFSET", deep),
+        patch.object(plan, "CHECKPOINT_EVERY", every),
+        patch.object(plan, "DEEP_OFFSET", deep),
     ):
         async with serve(rows, {"all": ()}) as served:
             client = served.client

@@ -1,0 +1,311 @@
+"""From a validated query to the statements a request runs: the plan of a list page.
+
+A list page may run four statements, all here: the sizes that choose how to walk
+(`ListPlan.sizes`), the checkpoints of a deep or walked list (`ListPlan.anchors`), the
+page (`ListPlan.page`) and its count (`ListPlan.count`, or `ListPlan.page_and_count`
+when writes keep landing between the two). `storage.py` runs them and keeps the caches.
+How the choices are made and why: docs/list-planning.md.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Final
+
+import msgspec
+
+from leasestar.applicants.cursors import KeyValue
+from leasestar.applicants.filters import FILTERS_BY_NAME
+from leasestar.applicants.ordering import (
+    SqlFragment,
+    build_order_by,
+    keyset_ranges,
+    order_columns,
+    total_order,
+)
+from leasestar.applicants.query import MAX_OFFSET, ApplicantQuery
+
+Scope = frozenset[str] | None
+Anchors = tuple[tuple[KeyValue, ...], ...]
+
+# Every statement reads the data version with its answer, from the same snapshot.
+VERSION: Final = "(SELECT change_seq FROM sync_state)"
+DATA_VERSION: Final = SqlFragment(f"SELECT {VERSION}")
+CURSOR_KEY: Final = SqlFragment("SELECT cursor_key FROM sync_state")
+EVERYTHING: Final = SqlFragment("")  # the WHERE of every applicant
+# Deep offsets seek to the nearest checkpoint (every CHECKPOINT_EVERY-th match of a
+# query's filters in its order) instead of stepping over every skipped row.
+CHECKPOINT_EVERY: Final = 1000
+DEEP_OFFSET: Final = 10 * CHECKPOINT_EVERY
+# (filter column, leading order key) pairs that one composite index in schema.sql serves
+# together: a page with such a filter and order needs no plan hint.
+FILTER_ORDER_INDEXES: Final = frozenset(
+    {("property_id", "created_at"), ("integration_id", "created_at")}
+)
+
+
+def count(where: SqlFragment) -> SqlFragment:
+    """(data version, the number of rows `where` matches)."""
+    return SqlFragment(
+        f"SELECT {VERSION}, (SELECT count(*) FROM applicants {where.sql})", where.params
+    )
+
+
+def record(applicant_id: str, query: ApplicantQuery, scope: Scope) -> SqlFragment:
+    """(data version, the record's body or NULL) for `GET /v1/applicants/{id}`."""
+    where = build_where(query, scope)
+    condition = f"{where.sql} AND id = ?" if where.sql else "WHERE id = ?"
+    return SqlFragment(
+        f"SELECT {VERSION}, (SELECT CAST(body AS BLOB) FROM applicants {condition})",
+        (*where.params, applicant_id),
+    )
+
+
+def stream(query: ApplicantQuery, scope: Scope) -> SqlFragment:
+    """(body, change_seq) of every match in the total order: a streamed list (`stream.py`)."""
+    where = build_where(query, scope)
+    return SqlFragment(
+        f"SELECT CAST(body AS BLOB), change_seq FROM applicants {where.sql} "
+        f"{build_order_by(query.order_by)}",
+        where.params,
+    )
+
+
+@lru_cache(maxsize=4096)  # pure; the same few query shapes recur on every request
+def build_where(
+    query: ApplicantQuery,
+    scope: Scope,
+    *,
+    walk_order: bool = False,
+    keyset: SqlFragment | None = None,
+) -> SqlFragment:
+    """WHERE clause (possibly empty): the filters, the sync position, `keyset`, the scope.
+
+    Args:
+        query: the validated query; its cursor position (`after`) is not read here.
+        scope: the token's integrations, None for all.
+        walk_order: write broad filters `+column`, so SQLite walks the ordering's index
+            rather than answer them with their own (`walks_order_index`).
+        keyset: one more clause, a range of the page's keyset (`keyset_ranges`).
+    """
+    clauses: list[str] = []
+    params: list[object] = []
+    for name, value in query.filters:
+        spec = FILTERS_BY_NAME[name]
+        hinted = walk_order and spec.broad
+        sql, values = spec.where(f"+{spec.column}" if hinted else spec.column, value)
+        clauses.append(sql)
+        params.extend(values)
+    if query.changed_since is not None:
+        clauses.append("change_seq > ?")
+        params.append(query.changed_since)
+    if keyset is not None:
+        clauses.append(keyset.sql)
+        params.extend(keyset.params)
+    if scope is not None:
+        ordered = sorted(scope)
+        hint = "+" if walk_order else ""
+        clauses.append(f"{hint}integration_id IN ({', '.join('?' * len(ordered))})")
+        params.extend(ordered)
+    if not clauses:
+        return SqlFragment("")
+    return SqlFragment("WHERE " + " AND ".join(clauses), tuple(params))
+
+
+def walks_order_index(query: ApplicantQuery, scope: Scope) -> bool | None:
+    """Whether the page walks the ordering's index past the filters (True) or lets SQLite
+    collect the matches through a filter's index and sort them (False); None when that
+    depends on how many rows match (`ListPlan.walks`)."""
+    specs = [FILTERS_BY_NAME[name] for name, _ in query.filters]
+    if not specs and scope is None:
+        return False
+    if not all(spec.broad for spec in specs):
+        return False  # a selective filter's own index always wins
+    columns = [spec.column for spec in specs]
+    if scope is not None and len(scope) == 1 and query.value("integration_id") is None:
+        columns.append("integration_id")
+    lead = total_order(query.order_by)[0].field
+    if len(columns) == 1 and (columns[0], lead) in FILTER_ORDER_INDEXES:
+        return False  # one composite index serves both the filter and the order
+    return None
+
+
+def _skip(query: ApplicantQuery) -> int:
+    """Rows to skip in SQL: a cursor page seeks by key, so it skips none."""
+    return 0 if query.after is not None else query.offset
+
+
+@lru_cache(maxsize=4096)  # pure; the same few query shapes recur on every request
+def build_page_select(
+    query: ApplicantQuery,
+    scope: Scope,
+    *,
+    limit: int,
+    skip: int,
+    walk_order: bool = False,
+    start: tuple[KeyValue, ...] | None = None,
+) -> SqlFragment:
+    """The rows (body, change_seq) of a page in the total order.
+
+    Args:
+        query: the validated query; the page starts after its cursor position, if any.
+        scope: the token's integrations, None for all.
+        limit: rows to read; skip: rows to skip first.
+        walk_order: hint the filters so the ordering's index is walked (`build_where`).
+        start: a checkpoint's key values: the page starts at or after them.
+
+    Two keyset ranges become a UNION ALL: docs/list-planning.md, "The page statement".
+    """
+    keys = total_order(query.order_by)
+    if query.after is not None:
+        ranges = keyset_ranges(keys, query.after)
+    elif start is not None:
+        ranges = keyset_ranges(keys, start, inclusive=True)
+    else:
+        ranges = ()
+    unkeyed = msgspec.structs.replace(query, after=None)
+    order_by = build_order_by(query.order_by)
+    if len(ranges) <= 1:
+        where = build_where(
+            unkeyed, scope, walk_order=walk_order, keyset=ranges[0] if ranges else None
+        )
+        return SqlFragment(
+            f"SELECT body, change_seq FROM applicants {where.sql} {order_by} LIMIT ? OFFSET ?",
+            (*where.params, limit, skip),
+        )
+    first, then = ranges
+    first_where = build_where(unkeyed, scope, walk_order=walk_order, keyset=first)
+    then_where = build_where(unkeyed, scope, walk_order=walk_order, keyset=then)
+    # change_seq is selected already (and is never null: it never leads two ranges).
+    columns = ", ".join(c for c in order_columns(query.order_by) if c != "change_seq")
+    select = f"SELECT body, change_seq, {columns} FROM applicants"
+    # The second arm wants only what the first leaves of the page (docs/list-planning.md).
+    # Bound values are 64-bit: near the largest offset, skip + limit would not fit.
+    wanted = min(skip + limit, MAX_OFFSET)
+    still_wanted = (
+        f"max(0, ? - (SELECT count(*) FROM (SELECT 1 FROM applicants {first_where.sql} LIMIT ?)))"
+    )
+    return SqlFragment(
+        f"{select} {first_where.sql} UNION ALL SELECT * FROM "
+        f"({select} {then_where.sql} {order_by} LIMIT {still_wanted}) "
+        f"{order_by} LIMIT ? OFFSET ?",
+        (
+            *first_where.params,
+            *then_where.params,
+            wanted,
+            *first_where.params,
+            wanted,
+            limit,
+            skip,
+        ),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class ListPlan:
+    """Every statement one list page may run, and the choices between them."""
+
+    query: ApplicantQuery
+    scope: Scope
+    matches: SqlFragment = field(init=False)  # the WHERE of the matches: counts, cache keys
+    walk: bool | None = field(init=False)  # None: chosen by `walks` from the sizes
+    # A cursor page reads one record more, to know whether another follows it.
+    peek: int = field(init=False)
+    # CAST AS BLOB hands Python the UTF-8 bytes as stored. Only the sync feed needs the
+    # records' change sequence numbers (its position and its cursor are the last one).
+    _columns: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        sync = self.query.changed_since is not None
+        sequences = "coalesce(group_concat(change_seq), '')" if sync else "''"
+        columns = f"count(*), CAST(coalesce(group_concat(body, ','), '') AS BLOB), {sequences}"
+        object.__setattr__(self, "matches", build_where(self.query, self.scope))
+        object.__setattr__(self, "walk", walks_order_index(self.query, self.scope))
+        object.__setattr__(self, "peek", 1 if self.query.after is not None else 0)
+        object.__setattr__(self, "_columns", columns)
+
+    @property
+    def count(self) -> SqlFragment:
+        """(data version, the number of matches): `meta.total`."""
+        return count(self.matches)
+
+    @property
+    def sizes(self) -> SqlFragment:
+        """(data version, matches, every applicant): what `walks` decides by."""
+        return SqlFragment(
+            f"SELECT {VERSION}, (SELECT count(*) FROM applicants {self.matches.sql}), "
+            "(SELECT count(*) FROM applicants)",
+            self.matches.params,
+        )
+
+    def walks(self, matches: int, everything: int) -> bool:
+        """Walk the ordering's index when that reads fewer rows than collecting the matches:
+        about (skipped + limit) * everything / matches rows, against `matches`."""
+        return matches * matches > (_skip(self.query) + self.query.limit) * everything
+
+    def uses_checkpoints(self, walk: bool) -> bool:
+        """Whether the page starts from a checkpoint: a deep offset, or a walked list."""
+        query = self.query
+        return (
+            query.after is None
+            and query.changed_since is None
+            and (walk or query.offset >= DEEP_OFFSET)
+        )
+
+    @property
+    def checkpoint_key(self) -> tuple[object, ...]:
+        """The checkpoints' cache key: the matches and the order."""
+        return (self.matches.sql, self.matches.params, self.query.order_by)
+
+    def anchors(self, walk: bool) -> SqlFragment:
+        """(data version, key values) of matches number 0, K, 2K, ... in the order: one pass."""
+        where = build_where(self.query, self.scope, walk_order=walk)
+        columns = ", ".join(order_columns(self.query.order_by))
+        return SqlFragment(
+            f"SELECT {VERSION}, {columns} FROM ("
+            f"SELECT {columns}, row_number() OVER ({build_order_by(self.query.order_by)}) "
+            f"AS position FROM applicants {where.sql}) "
+            f"WHERE (position - 1) % {CHECKPOINT_EVERY} = 0",
+            where.params,
+        )
+
+    def start(self, anchors: Anchors) -> tuple[tuple[KeyValue, ...] | None, int]:
+        """The checkpoint to start the page from, and the rows to skip after it."""
+        if not anchors:
+            return None, _skip(self.query)
+        index = min(self.query.offset // CHECKPOINT_EVERY, len(anchors) - 1)
+        return anchors[index], self.query.offset - index * CHECKPOINT_EVERY
+
+    def page(
+        self, walk: bool, start: tuple[KeyValue, ...] | None = None, skip: int | None = None
+    ) -> SqlFragment:
+        """(data version, rows, their bodies joined with commas, their change sequences)."""
+        select = self._select(walk, start, skip)
+        return SqlFragment(f"SELECT {VERSION}, {self._columns} FROM ({select.sql})", select.params)
+
+    def page_and_count(
+        self, walk: bool, start: tuple[KeyValue, ...] | None = None, skip: int | None = None
+    ) -> SqlFragment:
+        """`page` with the number of matches after the version, in one snapshot."""
+        select = self._select(walk, start, skip)
+        return SqlFragment(
+            f"SELECT {VERSION}, (SELECT count(*) FROM applicants {self.matches.sql}), "
+            f"{self._columns} FROM ({select.sql})",
+            (*self.matches.params, *select.params),
+        )
+
+    def _select(
+        self, walk: bool, start: tuple[KeyValue, ...] | None, skip: int | None
+    ) -> SqlFragment:
+        return build_page_select(
+            self.query,
+            self.scope,
+            limit=self.query.limit + self.peek,
+            skip=_skip(self.query) if skip is None else skip,
+            walk_order=walk,
+            start=start,
+        )
+
+
+plan_list = lru_cache(maxsize=4096)(ListPlan)  # the same few query shapes recur
