@@ -511,7 +511,7 @@ def build_parser(settings: Settings) -> argparse.ArgumentParser:
         "--compression",
         action=argparse.BooleanOptionalAction,
         default=settings.compression,
-        help="brotli/gzip responses of 1 KiB or more when the client asks "
+        help="gzip/br/zstd responses of 1 KiB or more when the client asks "
         f"(env LEASESTAR_COMPRESSION=on|off, default {'on' if settings.compression else 'off'})",
     )
     serve.add_argument(

@@ -7,21 +7,19 @@ from contextlib import asynccontextmanager
 from typing import Any, cast
 
 from litestar import Litestar, Request
-from litestar.config.compression import CompressionConfig
 from litestar.middleware import DefineMiddleware
-from litestar.middleware.compression import CompressionMiddleware
 from litestar.middleware.rate_limit import RateLimitConfig
 from litestar.openapi import OpenAPIConfig
 from litestar.openapi.spec import Components, SecurityScheme
-from litestar.types import ASGIApp, Receive, Scope, Send
+from litestar.types import ASGIApp
 
 from leasestar import __version__
 from leasestar.applicants.changes import ChangeWatcher
 from leasestar.applicants.controller import ApplicantController
 from leasestar.applicants.cursors import CursorCodec
 from leasestar.applicants.storage import ApplicantReader
-from leasestar.asgi import header_value
 from leasestar.auth import BearerTokenMiddleware, TokenHolder, TokenRegistry
+from leasestar.compression import CompressionMiddleware
 from leasestar.config import Settings
 from leasestar.database import ReadPool, open_for_write
 from leasestar.docs import docs_assets, docs_page
@@ -33,20 +31,6 @@ from leasestar.replica.status import ReplicaMetrics
 from leasestar.service import DatabaseFile, ServiceController
 
 UNAUTHENTICATED_PATHS = ["^/schema", "^/health", "^/metrics"]
-
-
-class _CompressionMiddleware(CompressionMiddleware):
-    """Litestar's compression, skipped at once when the client accepts no encoding.
-
-    The stock middleware builds a Headers object to read Accept-Encoding on every
-    request; wrk and most API clients send none, and the list route is benchmarked.
-    """
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if not header_value(scope["headers"], b"accept-encoding"):
-            await self.app(scope, receive, send)
-            return
-        await super().__call__(scope, receive, send)
 
 
 def _token_identity(request: Request[Any, Any, Any]) -> str:
@@ -109,16 +93,6 @@ def create_app(settings: Settings | None = None) -> Litestar:
         lifespan=[database],
         exception_handlers=EXCEPTION_HANDLERS,
         middleware=middleware,
-        compression_config=CompressionConfig(
-            backend="brotli",
-            brotli_quality=4,
-            brotli_gzip_fallback=True,
-            gzip_compress_level=6,
-            minimum_size=1024,
-            middleware_class=_CompressionMiddleware,
-        )
-        if settings.compression
-        else None,
         openapi_config=OpenAPIConfig(
             title="leasestar",
             version=__version__,
@@ -143,9 +117,11 @@ def create_app(settings: Settings | None = None) -> Litestar:
     # Route middleware only sees matched routes; these two must see every request
     # (unknown paths, oversized ones), so they wrap the app's ASGI handler, as
     # Litestar itself does for CORS.
+    handler: ASGIApp = app.asgi_handler
+    if settings.compression:
+        handler = cast("ASGIApp", CompressionMiddleware(handler))
     app.asgi_handler = cast(
-        "ASGIApp",
-        ObservabilityMiddleware(HygieneMiddleware(app.asgi_handler), metrics, access_log),
+        "ASGIApp", ObservabilityMiddleware(HygieneMiddleware(handler), metrics, access_log)
     )
     return app
 

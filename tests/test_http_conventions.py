@@ -11,6 +11,11 @@ import brotli
 import pytest
 from litestar.testing import AsyncTestClient
 
+try:
+    from compression import zstd  # type: ignore[import-not-found,unused-ignore]
+except ImportError:
+    from backports import zstd  # type: ignore[no-redef,import-not-found,unused-ignore]
+
 from leasestar.applicants.pipeline import write_records
 from leasestar.auth import create_token
 from leasestar.config import Settings
@@ -57,12 +62,46 @@ async def test_gzip_when_asked(client: Client) -> None:
     assert len(body) < len(plain) / 3
 
 
-async def test_brotli_when_asked_and_preferred_over_gzip(client: Client) -> None:
+def _decoded(encoding: str, body: bytes) -> bytes:
+    """The body decoded by each codec's reference decoder (zlib, brotli, libzstd)."""
+    if encoding == "gzip":
+        return gzip.decompress(body)
+    if encoding == "br":
+        return bytes(brotli.decompress(body))
+    return zstd.decompress(body)
+
+
+@pytest.mark.parametrize(
+    ("accepted", "chosen"),
+    [
+        ("br", "br"),
+        ("zstd", "zstd"),
+        ("gzip, deflate, br, zstd", "gzip"),  # equal q: the cheapest for the server
+        ("br, zstd", "br"),
+        ("zstd, br;q=0.9", "zstd"),  # the client's q comes first
+        ("br;q=1.0, gzip;q=0.5", "br"),
+        ("gzip;q=0, br", "br"),  # q=0 means "not this one"
+        ("GZIP", "gzip"),
+        ("*", "gzip"),
+        ("zstd;q=0.5, *;q=0.1", "zstd"),
+    ],
+)
+async def test_the_encoding_is_negotiated_by_q_then_by_server_cost(
+    client: Client, accepted: str, chosen: str
+) -> None:
     _, plain = await _raw(client, LIST, "identity")
-    for accepted in ("br", "gzip, deflate, br", "br;q=1.0, gzip;q=0.5"):
+    headers, body = await _raw(client, LIST, accepted)
+    assert headers["content-encoding"] == chosen, accepted
+    assert int(headers["content-length"]) == len(body)
+    assert _decoded(chosen, body) == plain
+    assert len(body) < len(plain) * 0.3
+
+
+async def test_no_encoding_we_make_means_identity(client: Client) -> None:
+    for accepted in ("deflate", "compress", "gzip;q=0", "*;q=0", "identity;q=1, br;q=0"):
         headers, body = await _raw(client, LIST, accepted)
-        assert headers["content-encoding"] == "br", accepted
-        assert brotli.decompress(body) == plain
+        assert "content-encoding" not in headers, accepted
+        assert body.startswith(b'{"meta":'), accepted
 
 
 async def test_no_compression_unless_asked(client: Client) -> None:
