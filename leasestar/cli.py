@@ -35,14 +35,15 @@ from leasestar.config import (
     DEFAULT_RATE_LIMIT,
     PORT_RANGE,
     READ_CONNECTIONS_RANGE,
-    WORKERS_RANGE,
     RateLimit,
     Settings,
     SettingsError,
     parse_log_format,
     parse_rate_limit,
+    parse_workers,
 )
 from leasestar.database import DatabaseError, open_for_write, read_uri
+from leasestar.rate_limit import WindowCounter, counter_path
 from leasestar.replica.layout import ReplicaError, refuse_writes, replica_of
 
 DEMO_RECORDS: Final = 1000
@@ -163,6 +164,9 @@ def _serve(args: argparse.Namespace) -> int:
         empty = connection.execute("SELECT NOT EXISTS (SELECT 1 FROM applicants)").fetchone()[0]
     finally:
         connection.close()
+    if args.rate_limit != "off":
+        # Created here, so a file that cannot be is one line, not a trace from each worker.
+        WindowCounter(counter_path(path)).close()
     if created and empty:
         print(f"new database {path}: seeding {DEMO_RECORDS} demo applicants", file=sys.stderr)
         seed_database(path, DEMO_RECORDS, 0)
@@ -435,6 +439,13 @@ def _non_negative(text: str) -> int:
     return int(text)
 
 
+def _workers(text: str) -> int:
+    try:
+        return parse_workers(text, "--workers")
+    except SettingsError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
 def _log_format(text: str) -> str:
     try:
         return parse_log_format(text, "--log-format")
@@ -483,9 +494,9 @@ def build_parser(settings: Settings) -> argparse.ArgumentParser:
     )
     serve.add_argument(
         "--workers",
-        type=_within(WORKERS_RANGE),
+        type=_workers,
         default=settings.workers,
-        help="worker processes (env LEASESTAR_WORKERS, default %(default)s)",
+        help="worker processes, or auto: one per core (env LEASESTAR_WORKERS, default %(default)s)",
     )
     serve.add_argument(
         "--read-connections",

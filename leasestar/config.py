@@ -70,6 +70,24 @@ def _int_env(name: str, default: int, bounds: tuple[int, int]) -> int:
     return int(text)
 
 
+def auto_workers() -> int:
+    """`--workers auto`: one worker per core the machine reports (`os.cpu_count()`)."""
+    return max(1, min(os.cpu_count() or 1, WORKERS_RANGE[1]))
+
+
+def parse_workers(text: str, name: str = "LEASESTAR_WORKERS") -> int:
+    """A number of worker processes within WORKERS_RANGE, or `auto`."""
+    text = text.strip().lower()
+    if text == "auto":
+        return auto_workers()
+    low, high = WORKERS_RANGE
+    if not text.isdigit() or not low <= int(text) <= high:
+        raise SettingsError(
+            f"{name} must be an integer between {low} and {high} or auto, got {text!r}"
+        )
+    return int(text)
+
+
 def _bool_env(name: str, default: bool) -> bool:
     text = os.environ.get(name, "").strip().lower()
     if not text:
@@ -100,7 +118,7 @@ class Settings:
             db_path=Path(os.environ.get("LEASESTAR_DB") or DEFAULT_DB),
             host=os.environ.get("LEASESTAR_HOST") or "127.0.0.1",
             port=_int_env("LEASESTAR_PORT", 8000, PORT_RANGE),
-            workers=_int_env("LEASESTAR_WORKERS", 1, WORKERS_RANGE),
+            workers=parse_workers(os.environ.get("LEASESTAR_WORKERS") or "1"),
             read_connections=_int_env("LEASESTAR_READ_CONNECTIONS", 4, READ_CONNECTIONS_RANGE),
             log_format=parse_log_format(os.environ.get("LEASESTAR_LOG_FORMAT") or "json"),
             rate_limit=parse_rate_limit(

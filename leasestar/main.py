@@ -26,6 +26,7 @@ from leasestar.docs import docs_assets, docs_page
 from leasestar.errors import EXCEPTION_HANDLERS
 from leasestar.hygiene import HygieneMiddleware
 from leasestar.observability import AccessLog, Metrics, ObservabilityMiddleware
+from leasestar.rate_limit import SharedRateLimitMiddleware, WindowCounter, counter_path
 from leasestar.replica.layout import ReplicaLayout
 from leasestar.replica.status import ReplicaMetrics
 from leasestar.service import DatabaseFile, ServiceController
@@ -65,20 +66,26 @@ def create_app(settings: Settings | None = None) -> Litestar:
         app.state.replica_metrics = replica_metrics
         app.state.cursor_codec = CursorCodec(await reader.cursor_key())
         app.state.tokens = TokenRegistry(settings.db_path)
+        if settings.rate_limit is not None:
+            app.state.rate_limit_counter = WindowCounter(counter_path(settings.db_path))
         try:
             yield
         finally:
             access_log.flush()
             await app.state.change_watcher.close()
             app.state.tokens.close()
+            if settings.rate_limit is not None:
+                app.state.rate_limit_counter.close()
             await pool.close()
 
     middleware: list[Any] = [DefineMiddleware(BearerTokenMiddleware, exclude=UNAUTHENTICATED_PATHS)]
     if settings.rate_limit is not None:
-        # After authentication, so the limit is keyed on the token.
+        # After authentication, so the limit is keyed on the token; counted in a file
+        # every worker shares (leasestar/rate_limit.py).
         middleware.append(
             RateLimitConfig(
                 rate_limit=(settings.rate_limit.unit, settings.rate_limit.requests),
+                middleware_class=SharedRateLimitMiddleware,
                 exclude=UNAUTHENTICATED_PATHS,
                 identifier_for_request=_token_identity,
                 rate_limit_limit_header_key="x-ratelimit-limit",

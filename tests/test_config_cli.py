@@ -191,6 +191,23 @@ def test_serve_hands_every_flag_to_the_server(
     assert served.compression is False
 
 
+def test_workers_auto_is_one_per_core_from_the_flag_and_the_variable(
+    tmp_path: Path, environment: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import uvicorn
+
+    cores = min(os.cpu_count() or 1, 64)
+    environment["LEASESTAR_WORKERS"] = "AUTO"
+    assert Settings.from_env().workers == cores
+    del environment["LEASESTAR_WORKERS"]
+    calls: list[dict[str, Any]] = []
+    monkeypatch.setattr(uvicorn, "run", lambda *args, **kwargs: calls.append(kwargs))
+    database = tmp_path / "served.db"
+    open_for_write(database).close()
+    assert cli.main(["serve", "--db", str(database), "--workers", "auto"]) == 0
+    assert [call["workers"] for call in calls] == [cores]
+
+
 # --- invalid values ---------------------------------------------------------------------
 
 
