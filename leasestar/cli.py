@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import os
 import signal
+import socket
 import sqlite3
 import stat
 import subprocess
@@ -42,7 +44,7 @@ from leasestar.config import (
     parse_rate_limit,
     parse_workers,
 )
-from leasestar.database import DatabaseError, open_for_write, read_uri
+from leasestar.database import DatabaseError, describe_failure, open_for_write, read_uri
 from leasestar.rate_limit import WindowCounter, counter_path
 from leasestar.replica.layout import ReplicaError, refuse_writes, replica_of
 
@@ -149,7 +151,26 @@ def _exit_cleanly(signum: int, frame: object) -> None:
     raise SystemExit(0)
 
 
+def _check_port(host: str, port: int) -> None:
+    """Refuse, in one line, an address the server could not listen on, before anything is
+    created (uvicorn would log the error among its start-up lines and exit 3)."""
+    if port == 0:
+        return
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        socket.create_server((host, port), family=family).close()  # SO_REUSEADDR, as uvicorn
+    except OSError as error:
+        cause = os.strerror(error.errno).lower() if error.errno else str(error)
+        hint = (
+            ": another program is listening there; stop it or choose another --port"
+            if error.errno == errno.EADDRINUSE
+            else ""
+        )
+        raise CommandError(f"cannot listen on {host}:{port}: {cause}{hint}") from None
+
+
 def _serve(args: argparse.Namespace) -> int:
+    _check_port(args.host, args.port)
     path = _db_path(args)
     if args.replica_of is not None:
         return _serve_replica(args, path)
@@ -315,9 +336,11 @@ def _export(args: argparse.Namespace) -> int:
                     with partial.open("wb") as out:
                         count = export_ndjson(connection, out, progress)
                     partial.replace(target)  # never leave a half-written export under its name
-                except OSError as error:
+                except BaseException as error:  # a full disk, a damaged database, ^C
                     partial.unlink(missing_ok=True)
-                    raise CommandError(f"cannot write {args.file}: {error.strerror}") from None
+                    if isinstance(error, OSError):
+                        raise CommandError(f"cannot write {args.file}: {error.strerror}") from None
+                    raise
         finally:
             progress.finish()
     finally:
@@ -599,7 +622,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"leasestar: {error}", file=sys.stderr)
         return 1
     except sqlite3.Error as error:
-        print(f"leasestar: database error: {error}", file=sys.stderr)
+        print(f"leasestar: {describe_failure(_db_path(args), error)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("leasestar: interrupted; nothing partial was committed", file=sys.stderr)

@@ -19,6 +19,8 @@ steps, so a step that waits on a cold disk can overrun it by a few milliseconds.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 import sqlite3
 import time
 from collections.abc import AsyncIterator, Sequence
@@ -31,6 +33,7 @@ import aiosqlite
 
 SCHEMA_VERSION: Final = 1
 SQLITE_HEADER: Final = b"SQLite format 3\x00"
+_HEADER_BYTES: Final = 100  # the database header, before the first page's content
 BUSY_TIMEOUT_MS: Final = 10_000
 # The longest a read may hold the event loop before it moves to a pooled thread.
 INLINE_BUDGET_SECONDS: Final = 0.002
@@ -56,6 +59,13 @@ READ_CACHE_KIB: Final = 32 * 1024
 READ_PRAGMAS: Final = ("PRAGMA query_only = 1", f"PRAGMA cache_size = -{READ_CACHE_KIB}")
 
 
+# The tables of schema.sql, one row each if any: reads every table's root page.
+_TABLE_ROOTS: Final = " UNION ALL ".join(
+    f"SELECT * FROM (SELECT 1 FROM {table} LIMIT 1)"
+    for table in ("applicants", "sync_state", "tokens")
+)
+
+
 def schema_sql() -> str:
     """The tables, from the package's `schema.sql` (the repository root's, put in the wheel)."""
     return files("leasestar").joinpath("schema.sql").read_text(encoding="utf-8")
@@ -63,6 +73,73 @@ def schema_sql() -> str:
 
 class DatabaseError(Exception):
     """The database cannot be used; the message is one line, fit for a terminal."""
+
+
+_RESTORE: Final = (
+    "restore it from a backup or an earlier `leasestar export` (imported into a new file), "
+    "or move it away to start a new one"
+)
+
+
+def _read_only_reason(directory: Path) -> str | None:
+    """Why nothing can be written in `directory`, or None if it can be."""
+    with contextlib.suppress(OSError):
+        if os.statvfs(directory).f_flag & os.ST_RDONLY:
+            return f"its directory {directory} is on a read-only file system"
+    if not os.access(directory, os.W_OK):
+        return f"its directory {directory} is not writable by this user"
+    return None
+
+
+def describe_failure(path: Path, error: sqlite3.Error) -> str:
+    """One line that names what went wrong with the database at `path`, and what to do.
+
+    SQLite's own messages name a symptom (`unable to open database file`, `database or
+    disk is full`); an operator needs the cause and the file.
+    """
+    code = getattr(error, "sqlite_errorcode", -1) & 0xFF
+    if code == sqlite3.SQLITE_FULL:
+        return (
+            f"no space left on device: database or disk is full writing {path}; nothing "
+            "was written (free space on its disk, then run the command again)"
+        )
+    if code in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
+        return (
+            f"database {path} is locked by another program (waited "
+            f"{BUSY_TIMEOUT_MS / 1000:g} s); nothing was written: run the command again "
+            "once that program is done"
+        )
+    if code in (sqlite3.SQLITE_READONLY, sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_PERM):
+        reason = _read_only_reason(path.parent)
+        if reason is not None:
+            return (
+                f"cannot use database {path}: {reason}, and SQLite writes the database's "
+                "-wal and -shm files there, even to read it; nothing was written"
+            )
+        if code == sqlite3.SQLITE_READONLY:
+            return f"cannot write database {path}: the file is read-only; nothing was written"
+    if code in (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB):
+        return f"database {path} is damaged ({error}): {_RESTORE}"
+    if code == sqlite3.SQLITE_IOERR:
+        return f"I/O error on database {path} ({error}): check its disk"
+    return f"cannot use database {path}: {error}"
+
+
+def _truncated(path: Path, header: bytes) -> str | None:
+    """A refusal when the file is shorter than the pages its SQLite header records."""
+    page_size = int.from_bytes(header[16:18], "big")
+    page_size = 65_536 if page_size == 1 else page_size
+    pages = int.from_bytes(header[28:32], "big")
+    # The page count is valid only when written by the last change (offsets 24 and 92),
+    # and only then with no WAL beside the file: a checkpoint may be extending it.
+    if header[24:28] != header[92:96] or Path(f"{path}-wal").exists():
+        return None
+    size, expected = path.stat().st_size, pages * page_size
+    if size >= expected:
+        return None
+    return (
+        f"database {path} is truncated ({size:,} of the {expected:,} bytes it records): {_RESTORE}"
+    )
 
 
 def _check_file(path: Path, *, must_exist: bool) -> bool:
@@ -77,11 +154,16 @@ def _check_file(path: Path, *, must_exist: bool) -> bool:
         raise DatabaseError(f"database path is not a file: {path}")
     try:
         with path.open("rb") as handle:
-            header = handle.read(len(SQLITE_HEADER))
+            header = handle.read(_HEADER_BYTES)
     except OSError as error:
         raise DatabaseError(f"cannot read database {path}: {error.strerror}") from None
-    if header and header != SQLITE_HEADER:
+    if header and not header.startswith(SQLITE_HEADER):
         raise DatabaseError(f"not an SQLite database: {path}")
+    if header and len(header) < _HEADER_BYTES:
+        raise DatabaseError(f"database {path} is truncated (within its header): {_RESTORE}")
+    refusal = _truncated(path, header) if header else None
+    if refusal is not None:
+        raise DatabaseError(refusal)
     return bool(header)
 
 
@@ -100,7 +182,7 @@ def open_for_write(path: Path) -> sqlite3.Connection:
     try:
         connection = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
     except sqlite3.Error as error:
-        raise DatabaseError(f"cannot open database {path}: {error}") from None
+        raise DatabaseError(describe_failure(path, error)) from None
     try:
         _configure(connection)
         if existed:
@@ -113,6 +195,10 @@ def open_for_write(path: Path) -> sqlite3.Connection:
             # Version 0 with tables: another application's database, not ours to change.
             if version == 0 and connection.execute("SELECT 1 FROM sqlite_master").fetchone():
                 raise DatabaseError(f"not a leasestar database: {path} (it holds other tables)")
+            if version == SCHEMA_VERSION:
+                # Read each table's first page before anything is written (the switch to
+                # WAL below writes the header): a damaged file is refused untouched.
+                connection.execute(_TABLE_ROOTS).fetchall()
         # Only a new database takes it (an existing one keeps its page size). A stored
         # applicant is ~2 KB: a 4 KB page holds one and leaves ~40% empty, 16 KB pages
         # hold seven. The file is ~20% smaller and a bulk import, whose index rebuild
@@ -129,7 +215,7 @@ def open_for_write(path: Path) -> sqlite3.Connection:
         raise
     except sqlite3.Error as error:
         connection.close()
-        raise DatabaseError(f"cannot use database {path}: {error}") from None
+        raise DatabaseError(describe_failure(path, error)) from None
     return connection
 
 

@@ -104,27 +104,6 @@ def test_import_of_a_missing_file_is_one_line(
     assert err == f"leasestar: cannot read {tmp_path / 'nope.ndjson'}: No such file or directory\n"
 
 
-def test_import_into_a_database_being_written_fails_fast_and_cleanly(
-    seeded: Path,
-    tmp_path: Path,
-    capsys: pytest.CaptureFixture[str],
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setattr("leasestar.database.BUSY_TIMEOUT_MS", 50)
-    source = tmp_path / "in.ndjson"
-    source.write_bytes(line())
-    blocker = sqlite3.connect(seeded, isolation_level=None)
-    blocker.execute("BEGIN IMMEDIATE")
-    try:
-        code, _, err = run(capsys, "import", "--db", str(seeded), str(source))
-    finally:
-        blocker.execute("ROLLBACK")
-        blocker.close()
-    assert code == 1
-    assert err.count("\n") == 1
-    assert "database is locked" in err
-
-
 # --- hostile input --------------------------------------------------------------------
 
 DEEP = b"[" * 10_000 + b"]" * 10_000

@@ -7,6 +7,10 @@
   answers from the last committed snapshot.
 - SIGTERM to a real server drains the requests in flight: every one gets its complete
   200, and the process exits 0.
+- Faults a deployment meets (issue 11), each created for real: a full disk (a 2 MB
+  tmpfs), a read-only directory (a read-only remount), a lock held past the busy timeout,
+  a truncated or damaged file, a taken port. Each is one line naming the cause, exit 1,
+  and the database as it was.
 """
 
 from __future__ import annotations
@@ -14,13 +18,16 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import signal
 import socket
 import sqlite3
 import subprocess
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import brotli
 import pytest
@@ -28,8 +35,10 @@ from litestar.testing import AsyncTestClient
 
 from leasestar.applicants.records import Applicant
 from leasestar.applicants.writer import ApplicantWriter
+from leasestar.cli import main
 from leasestar.config import Settings
 from leasestar.main import create_app
+from tests.strategies import MINIMAL
 from tests.test_hardening import (
     ROOT,
     clean_env,
@@ -60,8 +69,13 @@ def snapshot(directory: Path) -> dict[str, str]:
 
 def serve_refuses(db: Path) -> str:
     """Run `leasestar serve --db DB`; it must end non-zero with one line on stderr."""
+    return refuses("serve", "--db", str(db), "--port", str(free_port()))
+
+
+def refuses(*argv: str) -> str:
+    """Run `leasestar ARGV`; it must end non-zero with one line on stderr, which is returned."""
     result = subprocess.run(
-        [*leasestar_command(), "serve", "--db", str(db), "--port", str(free_port())],
+        [*leasestar_command(), *argv],
         cwd=ROOT,
         env=clean_env(),
         capture_output=True,
@@ -334,3 +348,227 @@ def test_sigterm_drains_requests_in_flight_then_exits_0(drain_db: Path) -> None:
         page = json.loads(brotli.decompress(body))
         assert len(page["results"]) == 250
     assert returncode == 0
+
+
+# --- faults a deployment meets (issue 11): one line naming the cause, nothing lost ------
+
+RESTORE = "restore it from a backup or an earlier `leasestar export`"
+
+
+# The commands that write to a database, and export, with the arguments each needs
+# ("IMPORT" stands for a file to import).
+COMMANDS: dict[str, list[str]] = {
+    "seed": ["seed", "--count", "5"],
+    "import": ["import", "IMPORT"],
+    "token-create": ["token", "create", "--name", "late"],
+    "serve": ["serve", "--port", "0"],
+    "export": ["export"],
+}
+WRITERS = ("seed", "import", "token-create", "serve")
+
+
+def command_line(command: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """COMMANDS[command] ready to run in this process (a `serve` that got as far as
+    serving would fail the test)."""
+    import uvicorn
+
+    monkeypatch.setattr(uvicorn, "run", lambda *args, **kwargs: pytest.fail("served"))
+    source = tmp_path / "in.ndjson"
+    source.write_bytes(json.dumps({**MINIMAL, "x_id": "FAULT"}).encode() + b"\n")
+    return [str(source) if part == "IMPORT" else part for part in COMMANDS[command]]
+
+
+def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
+    """`leasestar ARGV` in this process: its exit status and its one stderr line."""
+    code = main(list(argv))
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
+    assert err.startswith("leasestar: "), err
+    return code, err.removeprefix("leasestar: ").rstrip("\n")
+
+
+def content(db: Path) -> tuple[list[Any], list[Any]]:
+    """What a database holds (applicants and tokens), read without writing a byte."""
+    connection = sqlite3.connect(f"file:{db}?immutable=1", uri=True)
+    try:
+        assert connection.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+        return (
+            connection.execute("SELECT id, body FROM applicants ORDER BY id").fetchall(),
+            connection.execute("SELECT name, revoked_at FROM tokens ORDER BY name").fetchall(),
+        )
+    finally:
+        connection.close()
+
+
+def _mount(*arguments: str) -> None:
+    result = subprocess.run(["mount", *arguments], capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        pytest.skip(f"cannot mount here ({result.stderr.strip() or result.returncode})")
+
+
+@contextmanager
+def small_disk(directory: Path, size: str) -> Iterator[Path]:
+    """A tmpfs of `size` at `directory` (needs root: skipped where mount is refused)."""
+    if shutil.which("mount") is None or os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs needs root and mount(8)")
+    directory.mkdir()
+    _mount("-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(directory))
+    try:
+        yield directory
+    finally:
+        subprocess.run(["umount", "-l", str(directory)], check=False)
+
+
+@contextmanager
+def read_only(directory: Path) -> Iterator[None]:
+    """Make `directory` read-only: a read-only remount of its tmpfs as root (root ignores
+    modes), its mode otherwise."""
+    if os.geteuid() == 0:
+        _mount("-o", "remount,ro", str(directory))
+        try:
+            yield
+        finally:
+            subprocess.run(["mount", "-o", "remount,rw", str(directory)], check=False)
+    else:
+        directory.chmod(0o555)
+        try:
+            yield
+        finally:
+            directory.chmod(0o755)
+
+
+@pytest.fixture
+def ndjson(tmp_path: Path) -> Path:
+    """3,000 applicants as NDJSON (about 6 MB), outside any small disk."""
+    source = tmp_path / "source.db"
+    assert main(["seed", "--db", str(source), "--count", "3000", "--seed", "11"]) == 0
+    out = tmp_path / "applicants.ndjson"
+    assert main(["export", "--db", str(source), str(out)]) == 0
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command", ["import", "seed"])
+def test_a_full_disk_says_so_and_keeps_the_database(
+    tmp_path: Path, ndjson: Path, capsys: pytest.CaptureFixture[str], command: str
+) -> None:
+    with small_disk(tmp_path / "disk", "2m") as disk:
+        db = disk / "leasestar.db"
+        assert main(["seed", "--db", str(db), "--count", "20"]) == 0
+        capsys.readouterr()
+        before = content(db)
+        argv = [str(ndjson)] if command == "import" else ["--count", "3000", "--seed", "5"]
+        code, message = run_cli(capsys, command, "--db", str(db), *argv)
+        assert code == 1
+        assert message == (
+            f"no space left on device: database or disk is full writing {db}; nothing was "
+            "written (free space on its disk, then run the command again)"
+        )
+        assert content(db) == before
+
+
+@pytest.mark.parametrize("command", [*WRITERS, "export"])
+def test_a_read_only_directory_is_named(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    command: str,
+) -> None:
+    argv = command_line(command, tmp_path, monkeypatch)
+    with small_disk(tmp_path / "disk", "8m") if os.geteuid() == 0 else _directory(tmp_path):
+        directory = tmp_path / "disk"
+        db = directory / "leasestar.db"
+        assert main(["seed", "--db", str(db), "--count", "10"]) == 0
+        capsys.readouterr()
+        before = content(db)
+        with read_only(directory):
+            code, message = run_cli(capsys, *argv, "--db", str(db))
+        assert code == 1
+        reason = "on a read-only file system" if os.geteuid() == 0 else "not writable"
+        assert message.startswith(f"cannot use database {db}: its directory {directory} is ")
+        assert reason in message
+        assert message.endswith("even to read it; nothing was written")
+        assert content(db) == before
+
+
+@contextmanager
+def _directory(tmp_path: Path) -> Iterator[Path]:
+    (tmp_path / "disk").mkdir()
+    yield tmp_path / "disk"
+
+
+@pytest.mark.parametrize("command", list(WRITERS))
+def test_a_database_locked_past_the_busy_timeout_is_named(
+    tmp_path: Path,
+    seeded_copy: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    command: str,
+) -> None:
+    monkeypatch.setattr("leasestar.database.BUSY_TIMEOUT_MS", 50)
+    argv = command_line(command, tmp_path, monkeypatch)
+    before = content(seeded_copy)
+    holder = sqlite3.connect(seeded_copy, isolation_level=None)  # another program
+    holder.execute("BEGIN EXCLUSIVE")
+    try:
+        code, message = run_cli(capsys, *argv, "--db", str(seeded_copy))
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert code == 1
+    assert message == (
+        f"database {seeded_copy} is locked by another program (waited 0.05 s); nothing was "
+        "written: run the command again once that program is done"
+    )
+    assert content(seeded_copy) == before
+
+
+def _truncated(db: Path) -> None:
+    data = db.read_bytes()
+    db.write_bytes(data[: len(data) // 2])
+
+
+def _damaged_pages(db: Path) -> None:
+    """Garbage over every page but the first (the schema's root survives, the rest not)."""
+    data = bytearray(db.read_bytes())
+    page = int.from_bytes(data[16:18], "big")
+    data[page:] = bytes((n * 131 + 7) % 256 for n in range(len(data) - page))
+    db.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("damage", [_truncated, _damaged_pages], ids=["truncated", "damaged"])
+@pytest.mark.parametrize("command", ["serve", "import", "export"])
+def test_a_truncated_or_damaged_database_is_named_with_what_to_do(
+    tmp_path: Path, seeded_template: Path, command: str, damage: Callable[[Path], None]
+) -> None:
+    db = copy_database(seeded_template, tmp_path / "leasestar.db")
+    _sqlite_file(db, "PRAGMA journal_mode = DELETE")  # one file, as a copied backup is
+    damage(db)
+    source = tmp_path / "in.ndjson"
+    source.write_bytes(json.dumps({**MINIMAL, "x_id": "ON-DAMAGE"}).encode() + b"\n")
+    before = snapshot(tmp_path)
+    argv = {
+        "serve": ["serve", "--port", str(free_port())],
+        "import": ["import", str(source)],
+        "export": ["export", str(tmp_path / "out.ndjson")],
+    }[command]
+    line = refuses(*argv, "--db", str(db))
+    assert line.startswith(f"leasestar: database {db} is "), line
+    assert ("is truncated (" if damage is _truncated else "is damaged (") in line
+    assert RESTORE in line
+    after = snapshot(tmp_path)
+    assert not (tmp_path / "out.ndjson").exists()
+    assert not (tmp_path / "out.ndjson.partial").exists()
+    assert after["leasestar.db"] == before["leasestar.db"]
+
+
+def test_a_port_in_use_is_named_before_anything_is_created(tmp_path: Path) -> None:
+    db = tmp_path / "new.db"
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        line = refuses("serve", "--db", str(db), "--port", str(port))
+    assert line == (
+        f"leasestar: cannot listen on 127.0.0.1:{port}: address already in use: another "
+        "program is listening there; stop it or choose another --port"
+    )
+    assert not db.exists()

@@ -142,7 +142,8 @@ class ApplicantWriter:
                 "SELECT coalesce(max(rowid), 0) FROM applicants"
             ).fetchone()
         except BaseException:
-            self._db.execute("ROLLBACK")
+            if self._db.in_transaction:  # SQLite may have rolled back already (a full disk)
+                self._db.execute("ROLLBACK")
             self._restore_pragmas()
             raise
         self._bulk_at = max(self._bulk_min_rows, stored // BULK_FRACTION)
@@ -152,7 +153,10 @@ class ApplicantWriter:
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
         try:
             if exc_type is not None:
-                self._db.execute("ROLLBACK")
+                # A full disk or an I/O error rolls the transaction back inside SQLite; a
+                # ROLLBACK then would replace that cause with "no transaction is active".
+                if self._db.in_transaction:
+                    self._db.execute("ROLLBACK")
                 return
             try:
                 self._rebuild_indexes()
