@@ -20,7 +20,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from leasestar.applicants.ingest import write_records
+from leasestar.applicants.pipeline import write_records
 from leasestar.auth import revoke_token
 from leasestar.database import open_for_write
 from leasestar.seed.generator import synthetic_applicants
