@@ -43,10 +43,12 @@ format: install
 ## benchmarks/RESULTS.md and benchmarks/list-bench.png. About 21 minutes on a fresh clone;
 ## `make bench BENCH_ARGS=--quick` is a 3-minute development run (100k rows only, no
 ## cursor walks); BENCH_ARGS='--smoke /tmp/bench' checks every step in ~2 minutes on small
-## databases, writing only below /tmp/bench.
+## databases, writing only below /tmp/bench. Then (but with --smoke) the shared rate
+## limit's cost on list default and get by id (issue 11, ~2 minutes): its section of RESULTS.md.
 bench: install
 	$(BIN)/python -c 'import matplotlib' 2>/dev/null || $(BIN)/python -m pip install --quiet matplotlib
 	$(BIN)/python benchmarks/run.py $(BENCH_ARGS)
+	case "$(BENCH_ARGS)" in *--smoke*) ;; *) $(BIN)/python benchmarks/rate_limit_cost.py ;; esac
 
 ## Render /schema in headless Chromium (installed from Debian if missing) against a real
 ## server on a free port, assert the operations rendered, save docs/api-docs.png.
