@@ -1,28 +1,17 @@
 """Cursor walks at depth (issue 7): is the page at a deep cursor as fast as the first page?
 
-Part of `make bench` (run.py walks the 1,000,000-row database with its own servers and
-settings); on its own:
+Part of `make bench` (on its 1,000,000-row database and servers); on its own:
 
     .venv/bin/python benchmarks/cursor_depth.py [--rows N] [--seconds S] [--no-results]
 
-1. Takes `benchmarks/work/applicants-N.db`, the database `make bench` builds
-   (`harness.ensure_database`: reused while it was built from the current schema and
-   generator, waited for while another benchmark is seeding it, seeded otherwise).
-2. Makes cursors at 10%, 50% and 90% depth of each ordering of `ORDERINGS` (the
-   default, created_at desc, and two over nullable fields whose walks cross a null
-   block) without walking there: reads the record just before each depth with SQL,
-   takes its sort-key values with the app's own `key_values`, and signs the app's own
-   `cursor_state` with the database's key (`CursorCodec`). Each cursor page is checked
-   against the same page read by SQL with LIMIT/OFFSET before anything is measured.
-3. Serves the database with `leasestar serve` (uvicorn, one worker, rate limit off)
-   pinned to core 0 with taskset, and drives it with wrk (`-t1 -c16`, `wrk.lua`) pinned
-   to core 1. Each ordering's first page and three cursor pages and, for contrast,
-   offset=90% of the default ordering are measured in interleaved slices (so background
-   load hits them alike); a case's p50 is the median of its slices' p50s.
-4. Prints the table and writes it between `<!-- BEGIN cursors -->` and
-   `<!-- END cursors -->` in benchmarks/RESULTS.md (appended when missing; nothing else
-   in the file is touched). Target: for every ordering, p50 at 90% within 1.5x of its
-   first page.
+Cursors at 10%, 50% and 90% depth of each ordering of `ORDERINGS` are made without
+walking there: the record just before each depth is read with SQL, and the app's own
+`key_values` and `cursor_state` are signed with the database's key. Each cursor page is
+checked against the same page read by SQL with LIMIT/OFFSET, then every ordering's first
+page, its three cursor pages and offset=90% of the default ordering are measured in
+interleaved slices (wrk pinned to core 1, `leasestar serve` to core 0); a case's p50 is
+the median of its slices' p50s. Writes the cursors section of RESULTS.md. Target: for
+every ordering, p50 at 90% within 1.5x of its first page.
 """
 
 from __future__ import annotations
@@ -38,7 +27,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import databases
 import harness
+import provenance
 from harness import CLIENT_CORE, CONNECTIONS, SERVER_CORE, WrkTarget, say
 
 from leasestar.applicants.cursors import CursorCodec, key_values
@@ -115,7 +106,7 @@ class Case:
 def build_cases(db: Path, rows: int, with_offset: bool) -> list[Case]:
     """Per ordering, the first page and a cursor page at each depth; and offset=90% of
     the default ordering for contrast."""
-    with contextlib.closing(harness.read_only(db)) as conn:
+    with contextlib.closing(databases.read_only(db)) as conn:
         key = bytes(conn.execute("SELECT cursor_key FROM sync_state").fetchone()[0])
         # As the server signs for an unscoped token, which the benchmark uses.
         codec = CursorCodec(key).for_scope(None)
@@ -306,12 +297,12 @@ def walk(
     with_offset: bool = True,
 ) -> Walk:
     """Make the cursors of `db` (served at `base`), check their pages, and measure them."""
-    load_before = harness.loadavg()
+    load_before = provenance.loadavg()
     cases = build_cases(db, rows, with_offset)
     for case in cases:
         check_case(base, token, case)
     measure(base, token, cases, slices, slice_seconds, warmup)
-    return Walk(rows, cases, slices, slice_seconds, warmup, (load_before, harness.loadavg()))
+    return Walk(rows, cases, slices, slice_seconds, warmup, (load_before, provenance.loadavg()))
 
 
 # --------------------------------------------------------------------------- report
@@ -326,13 +317,13 @@ def markdown(result: Walk, command: str) -> str:
         BEGIN,
         "## Cursor walks at depth (issue 7)",
         "",
-        f"Run {datetime.now(UTC):%Y-%m-%d %H:%M} UTC on commit `{harness.git_commit()}` with "
+        f"Run {datetime.now(UTC):%Y-%m-%d %H:%M} UTC on commit `{provenance.git_commit()}` with "
         f"`{command}`: {result.rows:,} applicants, pages of {LIMIT} in the orderings "
         f"{orderings}; {seconds} measured seconds per case in {result.slices} "
         f"interleaved slices after a {result.warmup} s warm-up; load average "
         f"{result.loads[0]} before, {result.loads[1]} after.",
         "",
-        f"**Machine**: {harness.describe_machine('python', 'sqlite', 'wrk')}. The machine is "
+        f"**Machine**: {provenance.describe_machine('python', 'sqlite', 'wrk')}. The machine is "
         "shared with other work: absolute figures move with it, the interleaved ratios much "
         "less.",
         "",
@@ -399,8 +390,8 @@ def main(argv: list[str] | None = None) -> int:
     command = ".venv/bin/python benchmarks/cursor_depth.py" + "".join(
         f" {a}" for a in (argv if argv is not None else sys.argv[1:])
     )
-    db = harness.ensure_database(args.rows, work)
-    token = harness.create_token(db, "cursor-depth")
+    db = databases.ensure_database(args.rows, work)
+    token = databases.create_token(db, "cursor-depth")
     with harness.leasestar_server("cursor-depth", db, work=work) as served:
         result = walk(
             db,
@@ -415,8 +406,8 @@ def main(argv: list[str] | None = None) -> int:
     section = markdown(result, command)
     print(section)
     if not args.no_results:
-        harness.write_section(section)
-        say(f"wrote the cursors section of {harness.shown(harness.RESULTS_MD)}")
+        provenance.write_section(section)
+        say(f"wrote the cursors section of {provenance.shown(provenance.RESULTS_MD)}")
     return 0 if result.passed else 1
 
 

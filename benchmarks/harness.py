@@ -1,17 +1,11 @@
-"""What the benchmarks here share: databases, servers, wrk, and the report's common lines.
+"""The measuring harness the benchmarks share: servers, pinning, wrk, slices.
 
-- `ensure_database`: `benchmarks/work/applicants-N.db`, seeded once with `leasestar seed
-  --count N --seed 0` and reused while it was built from the current schema and generator
-  (every benchmark that takes N rows takes the same file).
-- `create_token`: a bearer token in a database, by `leasestar token create`.
 - `leasestar_server` / `server`: a server started pinned to a core (taskset) on a free
   port, waited for until its health route answers 200, stopped with a signal.
 - `ensure_wrk`, `run_wrk`, `WrkTarget`: wrk, installed if missing, pinned to the client
   core, its summary line parsed; a target's slices merged into one `Measured`.
-- `machine`, `versions`, `describe_machine`, `loadavg`, `git_commit`: what a report says
-  about the run; `write_section`: one section of `benchmarks/RESULTS.md` replaced, every
-  other byte kept.
 
+Databases are `databases.py`'s; what a report records about the run, `provenance.py`'s.
 Every path that a run writes to takes a `work` directory (default `benchmarks/work/`),
 so that a development run can go to a temporary directory instead.
 """
@@ -19,15 +13,12 @@ so that a development run can go to a temporary directory instead.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
-import platform
 import re
 import shutil
 import signal
 import socket
-import sqlite3
 import subprocess
 import sys
 import time
@@ -39,8 +30,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from leasestar.database import READ_PRAGMAS
-
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
 WORK = BENCH / "work"
@@ -48,7 +37,6 @@ BIN = Path(sys.executable).parent
 LEASESTAR = BIN / "leasestar"
 UVICORN = BIN / "uvicorn"
 WRK_SCRIPT = BENCH / "wrk.lua"
-RESULTS_MD = BENCH / "RESULTS.md"
 
 CONNECTIONS = 16
 SERVER_CORE, CLIENT_CORE = "0", "1"
@@ -231,109 +219,6 @@ class WrkTarget:
         )
 
 
-# --------------------------------------------------------------------------- databases
-
-
-def read_only_uri(path: Path) -> str:
-    return f"file:{path}?mode=ro"
-
-
-def read_only(path: Path) -> sqlite3.Connection:
-    """A read-only connection set up as the server sets up its own (the in-process floors
-    must not be slower than the server's SQLite for want of its page cache)."""
-    connection = sqlite3.connect(read_only_uri(path), uri=True, check_same_thread=False)
-    for pragma in READ_PRAGMAS:
-        connection.execute(pragma)
-    return connection
-
-
-def count_rows(path: Path) -> int:
-    try:
-        with contextlib.closing(read_only(path)) as db:
-            return int(db.execute("SELECT count(*) FROM applicants").fetchone()[0])
-    except sqlite3.Error:
-        return -1
-
-
-def data_fingerprint() -> str:
-    """What a seeded database depends on: the schema, and what the generator makes.
-
-    The generator's output is hashed rather than its source, so that making it faster
-    without changing a record does not cost a reseed of a million rows.
-    """
-    import msgspec
-
-    from leasestar.seed.generator import synthetic_applicants
-
-    digest = hashlib.sha256((ROOT / "schema.sql").read_bytes())
-    for record in synthetic_applicants(200, 0):
-        digest.update(msgspec.json.encode(record))
-    return digest.hexdigest()[:16]
-
-
-def _seeding_elsewhere(partial: Path) -> bool:
-    """Whether a running process (another benchmark's `leasestar seed`) names `partial`."""
-    needle = str(partial).encode()
-    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
-        with contextlib.suppress(OSError):
-            if needle in cmdline.read_bytes().split(b"\0"):
-                return True
-    return False
-
-
-def ensure_database(rows: int, work: Path = WORK) -> Path:
-    """`WORK/applicants-N.db`, seeded with `leasestar seed` unless already right.
-
-    Reused when it holds N rows and was built from the current schema and generator (a
-    sidecar file records their fingerprint); rebuilt otherwise.
-    """
-    work.mkdir(parents=True, exist_ok=True)
-    path = work / f"applicants-{rows}.db"
-    stamp = path.with_name(path.name + ".fingerprint")
-    partial = path.with_name(path.name + ".partial")
-    fingerprint = data_fingerprint()
-    while not path.exists() and _seeding_elsewhere(partial):
-        say(f"{partial.name} is being seeded by another run; waiting for it")
-        time.sleep(15)
-    if path.exists():
-        found = count_rows(path)
-        built_from = stamp.read_text().strip() if stamp.exists() else ""
-        if found == rows and built_from == fingerprint:
-            say(f"reusing {shown(path)} ({rows:,} applicants)")
-            return path
-        say(f"{path.name}: {found:,} rows, schema/generator {built_from or '?'}: rebuilding it")
-    stamp.unlink(missing_ok=True)
-    for stale in (path, partial):
-        for suffix in ("", "-wal", "-shm"):
-            Path(f"{stale}{suffix}").unlink(missing_ok=True)
-    say(f"seeding {rows:,} applicants into {shown(path)} (leasestar seed)")
-    started = time.monotonic()
-    subprocess.run(
-        [str(LEASESTAR), "seed", "--db", str(partial), "--count", str(rows), "--seed", "0"],
-        check=True,
-        stdout=sys.stderr.fileno(),  # its summary with the progress: stdout is for reports
-    )
-    partial.rename(path)
-    stamp.write_text(fingerprint + "\n")
-    say(f"seeded {rows:,} in {time.monotonic() - started:.0f} s")
-    return path
-
-
-def create_token(db: Path, purpose: str, integration: str | None = None) -> str:
-    """A new bearer token in `db` (scoped to `integration` if given), by the CLI."""
-    name = f"bench-{purpose}-{time.strftime('%Y%m%d%H%M%S')}-{os.getpid()}"
-    command = [str(LEASESTAR), "token", "create", "--db", str(db), "--name", name]
-    if integration:
-        command += ["--integration", integration]
-    out = subprocess.run(command, check=True, capture_output=True, text=True).stdout
-    return out.strip().splitlines()[-1]
-
-
-def shown(path: Path) -> str:
-    """A path as a reader would type it from the repository root, where it is below it."""
-    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
-
-
 # --------------------------------------------------------------------------- servers
 
 
@@ -436,86 +321,3 @@ def leasestar_server(
         work=work,
         stop=stop,
     )
-
-
-# --------------------------------------------------------------------------- report
-
-
-def versions() -> dict[str, str]:
-    from importlib.metadata import PackageNotFoundError, version
-
-    found = {"python": platform.python_version(), "sqlite": sqlite3.sqlite_version}
-    for package in ("litestar", "msgspec", "uvicorn", "uvloop", "httptools", "aiosqlite"):
-        try:
-            found[package] = version(package)
-        except PackageNotFoundError:
-            found[package] = "-"
-    out = subprocess.run(["wrk", "--version"], capture_output=True, text=True).stdout.split()
-    found["wrk"] = out[1] if len(out) > 1 else "?"
-    return found
-
-
-def machine() -> dict[str, str]:
-    model = "?"
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    memory = "?"
-    with contextlib.suppress(OSError, IndexError, ValueError):
-        kb = int(Path("/proc/meminfo").read_text().split()[1])
-        memory = f"{kb / 2**20:.0f} GiB"
-    return {
-        "cpu": model,
-        "cores": str(os.cpu_count()),
-        "memory": memory,
-        "kernel": platform.release(),
-    }
-
-
-def describe_machine(*packages: str) -> str:
-    """The machine in one line, e.g. "Xeon, 2 cores, 8 GiB, kernel 6.1; python 3.11.7"."""
-    m = machine()
-    text = f"{m['cpu']}, {m['cores']} cores, {m['memory']}, kernel {m['kernel']}"
-    if packages:
-        found = versions()
-        text += "; " + ", ".join(f"{name} {found.get(name, '?')}" for name in packages)
-    return text
-
-
-def loadavg() -> str:
-    return " ".join(f"{x:.2f}" for x in os.getloadavg())
-
-
-def git_commit() -> str:
-    """HEAD's short hash, and whether what is measured has uncommitted changes."""
-    out = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
-    )
-    dirty = subprocess.run(
-        ["git", "status", "--porcelain", "--", "app", "seed", "schema.sql", "pyproject.toml"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-    ).stdout.strip()
-    return out.stdout.strip() + (" + uncommitted changes" if dirty else "")
-
-
-def write_section(section: str, path: Path = RESULTS_MD) -> None:
-    """Replace one section of RESULTS.md, from its `<!-- BEGIN x -->` line to its
-    `<!-- END x -->` (the first and last lines of `section`); every other byte is kept.
-    A section the file does not have yet is appended."""
-    lines = section.strip("\n").splitlines()
-    begin, end = lines[0], lines[-1]
-    if not (begin.startswith("<!-- BEGIN ") and end.startswith("<!-- END ")):
-        raise ValueError("a section starts with <!-- BEGIN x --> and ends with <!-- END x -->")
-    section = "\n".join(lines)
-    text = path.read_text() if path.exists() else "# Benchmark results\n"
-    if begin in text and end in text:
-        start = text.index(begin)
-        stop = text.index(end) + len(end)
-        text = text[:start] + section + text[stop:]
-    else:
-        text = text.rstrip("\n") + "\n\n" + section + "\n"
-    path.write_text(text)

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-import harness
+import provenance
 from harness import BENCH, LEASESTAR, ROOT
 
 from leasestar.database import open_for_write
@@ -174,11 +174,11 @@ def report(steps: list[Step], count: int, identical: bool, load_before: str, arg
         BEGIN,
         "## Data in and out at scale (issue 3)",
         "",
-        f"Run {datetime.now(UTC):%Y-%m-%d %H:%M} UTC on commit `{harness.git_commit()}` "
+        f"Run {datetime.now(UTC):%Y-%m-%d %H:%M} UTC on commit `{provenance.git_commit()}` "
         f"with `{argv}`.",
         "",
-        f"**Machine**: {harness.describe_machine()}; load average before {load_before}, "
-        f"after {harness.loadavg()}. "
+        f"**Machine**: {provenance.describe_machine()}; load average before {load_before}, "
+        f"after {provenance.loadavg()}. "
         "The machine is shared with other work, which shows in the wall times.",
         "",
         f"**Versions**: python {platform.python_version()}, sqlite {sqlite3.sqlite_version}.",
@@ -235,7 +235,7 @@ def main() -> None:
     work.mkdir(parents=True, exist_ok=True)
     seeded, imported = fresh(work / "seeded.db"), fresh(work / "imported.db")
     dump, again = work / "export.ndjson", work / "export-again.ndjson"
-    load_before = harness.loadavg()
+    load_before = provenance.loadavg()
     steps = []
     count = args.count
     step = run_step(
@@ -275,8 +275,8 @@ def main() -> None:
     section = report(steps, count, identical, load_before, argv)
     print(section)
     if not args.no_write:
-        harness.write_section(section)
-        print(f"wrote the ingest section of {harness.shown(harness.RESULTS_MD)}")
+        provenance.write_section(section)
+        print(f"wrote the ingest section of {provenance.shown(provenance.RESULTS_MD)}")
     if not args.keep:
         shutil.rmtree(work)
 

@@ -29,8 +29,8 @@ from pathlib import Path
 from typing import Any
 
 import harness
-import run
 import uvloop
+from cases import SMALL, Dataset
 
 import leasestar.main as main_module
 from leasestar import database
@@ -157,7 +157,7 @@ async def one_work(app: Any, ids: list[str], state: dict[str, int]) -> int:
 
 
 async def main_async() -> None:
-    dataset = run.Dataset.prepare(run.SMALL)
+    dataset = Dataset.prepare(SMALL)
     token = dataset.tokens[False]
     ids = dataset.facts.ids
     served = replace(Settings.from_env(), db_path=dataset.db, rate_limit=None)

@@ -7,7 +7,7 @@ What it does, under benchmarks/work/ (git-ignored, reused between runs; `--work 
 another place):
 
 1. Takes the database of `--rows` applicants that `make bench` seeds,
-   `applicants-N.db` (`harness.ensure_database`: seeded with `leasestar seed` if
+   `applicants-N.db` (`databases.ensure_database`: seeded with `leasestar seed` if
    missing), copies it to `soak/soak.db`, and writes two NDJSON files of
    `--import-rows` new applicants for the import to `soak/`: A, and B = A with one
    field changed, so that every import in the loop writes every row.
@@ -42,8 +42,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import databases
 import harness
 import msgspec
+import provenance
 from harness import LEASESTAR, say
 
 from leasestar.config import Settings
@@ -52,32 +54,7 @@ BEGIN, END = "<!-- BEGIN soak -->", "<!-- END soak -->"
 WARMUP_SECONDS = 10
 RSS_GOAL = 0.10
 
-LUA = r"""
--- Written by benchmarks/soak.py. Args: IDS_FILE LISTS_FILE TOKEN.
-local ids, lists = {}, {}
-function init(args)
-  for line in io.lines(args[1]) do ids[#ids + 1] = line end
-  for line in io.lines(args[2]) do lists[#lists + 1] = line end
-  wrk.headers["Authorization"] = "Bearer " .. args[3]
-  math.randomseed(os.time() * 1000 + math.floor(os.clock() * 1000000))
-end
-function request()
-  if math.random() < 0.5 then
-    return wrk.format("GET", "/v1/applicants/" .. ids[math.random(#ids)])
-  end
-  return wrk.format("GET", lists[math.random(#lists)])
-end
-function done(summary, latency, requests)
-  local e = summary.errors
-  io.write(string.format(
-    'SOAK_JSON {"requests":%d,"duration_us":%d,"bytes":%d,"non_2xx_3xx":%d,' ..
-    '"connect":%d,"read":%d,"write":%d,"timeout":%d,"p50_us":%d,"p90_us":%d,' ..
-    '"p99_us":%d,"p999_us":%d,"max_us":%d,"mean_us":%.1f}\n',
-    summary.requests, summary.duration, summary.bytes, e.status, e.connect, e.read,
-    e.write, e.timeout, latency:percentile(50), latency:percentile(90),
-    latency:percentile(99), latency:percentile(99.9), latency.max, latency.mean))
-end
-"""
+SCRIPT = harness.BENCH / "soak.lua"  # half records by id, half list pages
 
 
 def rss_kib(pid: int) -> int:
@@ -92,7 +69,7 @@ def copy_database(source: Path, target: Path) -> None:
     for suffix in ("", "-wal", "-shm"):
         Path(f"{target}{suffix}").unlink(missing_ok=True)
     with (
-        contextlib.closing(harness.read_only(source)) as src,
+        contextlib.closing(databases.read_only(source)) as src,
         contextlib.closing(sqlite3.connect(target)) as dst,
     ):
         src.backup(dst)
@@ -259,7 +236,7 @@ def report(figures: dict[str, Any], command: str) -> str:
     ]
     table = "\n".join(f"| {name} | {value} | {goal} |" for name, value, goal in rows)
     trend = " → ".join(mib(kib) for kib in rss["every_second"][9::10])
-    commit = harness.git_commit()
+    commit = provenance.git_commit()
     return f"""## Soak: reads under load while an import writes (issue 5)
 
 Command: `{command}` on commit `{commit}` ({figures["date"]}; {figures["machine"]}; load average
@@ -318,14 +295,13 @@ def main() -> int:
     harness.ensure_wrk()
     work = args.work.resolve() / "soak"
     work.mkdir(parents=True, exist_ok=True)
-    template = harness.ensure_database(args.rows, args.work.resolve())
+    template = databases.ensure_database(args.rows, args.work.resolve())
     files = import_files(args.import_rows, work)
     db = work / "soak.db"
     copy_database(template, db)
-    token = harness.create_token(db, "soak")
+    token = databases.create_token(db, "soak")
     ids_file, lists_file = request_mix(db, work)
-    script = work / "soak.lua"
-    script.write_text(LUA)
+    script = SCRIPT
     wrk_args = [str(ids_file), str(lists_file), token]
 
     loop = ImportLoop(db, files)
@@ -345,7 +321,7 @@ def main() -> int:
     ) as server:
         try:
             idle = rss_kib(server.pid)
-            load_before = harness.loadavg()
+            load_before = provenance.loadavg()
             say(
                 f"server up on {server.base}, RSS {idle / 1024:.1f} MiB; "
                 f"warming up {WARMUP_SECONDS} s"
@@ -374,7 +350,7 @@ def main() -> int:
 
     figures = {
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        "machine": harness.describe_machine("python"),
+        "machine": provenance.describe_machine("python"),
         "load_before": load_before,
         "rows": args.rows,
         "import_rows": args.import_rows,
@@ -396,8 +372,8 @@ def main() -> int:
     text = report(figures, command)
     print(text)
     if not args.no_results:
-        harness.write_section(f"{BEGIN}\n{text.rstrip()}\n{END}")
-        say(f"wrote the soak section of {harness.shown(harness.RESULTS_MD)}")
+        provenance.write_section(f"{BEGIN}\n{text.rstrip()}\n{END}")
+        say(f"wrote the soak section of {provenance.shown(provenance.RESULTS_MD)}")
     socket_errors = sum(measured[k] for k in ("connect", "read", "write", "timeout"))
     drift = abs(end - start) / start
     failed_imports = [run for run in loop.runs if run.returncode != 0]

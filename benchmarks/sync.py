@@ -26,8 +26,10 @@ import threading
 import time
 from pathlib import Path
 
+import databases
 import harness
 import msgspec
+import provenance
 
 from leasestar.applicants.pipeline import write_records
 from leasestar.applicants.records import Applicant
@@ -164,10 +166,10 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="100,000 rows, 200 clients")
     args = parser.parse_args()
     rows, clients = (100_000, 200) if args.quick else (1_000_000, 500)
-    db = harness.ensure_database(rows)
+    db = databases.ensure_database(rows)
     export_bytes = _export_bytes(db)
     export_rate = _export_rate(db, export_bytes)
-    token = harness.create_token(db, "sync")
+    token = databases.create_token(db, "sync")
     results: dict[str, tuple[float, int, int]] = {}
     with harness.leasestar_server("sync", db, {"LEASESTAR_LOG_FORMAT": "off"}) as server:
         idle = _rss_kib(server.pid)
@@ -177,7 +179,7 @@ def main() -> None:
     poll_db = harness.WORK / "sync-long-poll.db"
     with sqlite3.connect(db) as source, sqlite3.connect(poll_db) as target:
         source.backup(target)
-    poll_token = harness.create_token(poll_db, "poll")
+    poll_token = databases.create_token(poll_db, "poll")
     with harness.leasestar_server("sync-poll", poll_db, {"LEASESTAR_LOG_FORMAT": "off"}) as server:
         wake = asyncio.run(_wake_up(server, poll_db, poll_token, clients))
     for suffix in ("", "-wal", "-shm"):
@@ -187,7 +189,7 @@ def main() -> None:
         "## Sync clients: NDJSON streams and long polls (issue 13)",
         "",
         f"`python benchmarks/sync.py{' --quick' if args.quick else ''}` at "
-        f"{harness.git_commit()}, {rows:,} applicants; {harness.describe_machine()}",
+        f"{provenance.git_commit()}, {rows:,} applicants; {provenance.describe_machine()}",
         "",
         "| what | bytes/s | vs export | on the wire | server RSS peak over idle |",
         "|---|---:|---:|---:|---:|",
@@ -209,7 +211,7 @@ def main() -> None:
     ]
     section = "\n".join(lines)
     print(section)
-    harness.write_section(section)
+    provenance.write_section(section)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,272 @@
+"""The list benchmark's cases, as data: run settings, the requests, and the data they need.
+
+Each `Case` is one request with the SQL of the same page written from the contract
+(not taken from `leasestar/`): the in-process floor runs it (`floors.py`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import random
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import databases
+from databases import read_only
+from harness import WORK, WrkTarget, http_get, say
+
+SCOPED_INTEGRATION = "int_yardi_01"
+SMALL, BIG = 100_000, 1_000_000
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+@dataclass(frozen=True)
+class Settings:
+    sizes: tuple[int, ...]
+    slices: int  # each measurement is this many interleaved slices...
+    slice_seconds: int  # ...of this many seconds (wrk takes whole seconds)
+    warmup: int
+    inprocess_seconds: float
+    offsets: dict[int, tuple[float, ...]]  # offset depths (fractions of rows) per size
+    quick: bool
+    cursors: bool  # cursor walks at 10/50/90% depth of the big database (issue 7)
+
+    @property
+    def seconds(self) -> int:
+        return self.slices * self.slice_seconds
+
+    @property
+    def small(self) -> int:
+        """The database every case runs on."""
+        return self.sizes[0]
+
+    @property
+    def big(self) -> int | None:
+        """The database of the scale, depth and cursor cases (None: not in this run)."""
+        return self.sizes[1] if len(self.sizes) > 1 else None
+
+
+FULL = Settings(
+    sizes=(SMALL, BIG),
+    slices=5,
+    slice_seconds=2,
+    warmup=3,
+    inprocess_seconds=2.0,
+    offsets={SMALL: (0.1, 0.25, 0.5, 0.75), BIG: (0.25, 0.5, 0.75)},
+    quick=False,
+    cursors=True,
+)
+QUICK = Settings(
+    sizes=(SMALL,),
+    slices=3,
+    slice_seconds=1,
+    warmup=1,
+    inprocess_seconds=0.75,
+    offsets={SMALL: (0.1, 0.5)},
+    quick=True,
+    cursors=False,
+)
+# `--smoke DIR`: every step of a full run, on small databases and 1 s slices, writing
+# only below DIR. It proves the harness end to end in about two minutes; its figures
+# mean nothing.
+SMOKE = Settings(
+    sizes=(2_000, 10_000),
+    slices=1,
+    slice_seconds=1,
+    warmup=1,
+    inprocess_seconds=0.2,
+    offsets={2_000: (0.5,), 10_000: (0.5,)},
+    quick=False,
+    cursors=True,
+)
+
+
+@dataclass(frozen=True)
+class Case:
+    """One benchmark case: the request, and the same page's SQL for its in-process floor.
+
+    The floor SQL is written here, independently of `leasestar/`, from the contract: it is
+    what any implementation must at least run to answer the request.
+    """
+
+    key: str
+    label: str
+    path: str  # path and query string; for by_id, the path the id is appended to
+    where: str = ""
+    params: tuple[Any, ...] = ()
+    order: str = "created_at DESC, id DESC"
+    limit: int = 100
+    offset: int = 0
+    scoped: bool = False
+    by_id: bool = False
+
+
+@dataclass(frozen=True)
+class DataFacts:
+    """What the cases need to know about one database."""
+
+    rows: int
+    window: tuple[int, int]  # updated_at bounds, microseconds, holding ~10% of rows
+    window_rows: int
+    property_id: str
+    property_rows: int
+    scoped_rows: int
+    ids: list[str]
+
+
+def iso(micros: int) -> str:
+    return (EPOCH + timedelta(microseconds=micros)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def build_cases(facts: DataFacts) -> dict[str, Case]:
+    n = facts.rows
+    low, high = facts.window
+    cases = [
+        Case("list_default", "list default", "/v1/applicants"),
+        Case("limit_250", "limit=250", "/v1/applicants?limit=250", limit=250),
+        Case(
+            "offset_90",
+            f"offset={int(n * 0.9):,} (90%)",
+            f"/v1/applicants?offset={int(n * 0.9)}",
+            offset=int(n * 0.9),
+        ),
+        Case(
+            "order_two_keys",
+            "order-by=last_name,first_name",
+            "/v1/applicants?order-by=last_name:asc,first_name:asc",
+            order="last_name ASC, first_name ASC, id ASC",
+        ),
+        Case(
+            "updated_window",
+            f"updated_at window ({facts.window_rows / n:.0%} of rows)",
+            f"/v1/applicants?updated_at_gte={iso(low)}&updated_at_lte={iso(high)}",
+            where="updated_at >= ? AND updated_at <= ?",
+            params=(low, high),
+        ),
+        Case(
+            "property_filter",
+            f"property_id filter ({facts.property_rows} rows)",
+            f"/v1/applicants?property_id={facts.property_id}",
+            where="property_id = ?",
+            params=(facts.property_id,),
+        ),
+        Case("get_by_id", "get by random id", "/v1/applicants/", by_id=True),
+        Case(
+            "scoped_token",
+            f"list, token scoped to {SCOPED_INTEGRATION}",
+            "/v1/applicants",
+            where="integration_id IN (?)",
+            params=(SCOPED_INTEGRATION,),
+            scoped=True,
+        ),
+    ]
+    return {case.key: case for case in cases}
+
+
+def offset_case(n: int, fraction: float) -> Case:
+    offset = int(n * fraction)
+    return Case(
+        f"offset_{round(fraction * 100)}",
+        f"offset={offset:,} ({fraction:.0%})",
+        f"/v1/applicants?offset={offset}",
+        offset=offset,
+    )
+
+
+def data_facts(db: Path, rows: int) -> DataFacts:
+    """Filter values chosen from the data: a ~10% updated_at window, a median property."""
+    with contextlib.closing(read_only(db)) as conn:
+
+        def nth_updated(k: int) -> int:
+            return int(
+                conn.execute(
+                    "SELECT updated_at FROM applicants ORDER BY updated_at LIMIT 1 OFFSET ?", (k,)
+                ).fetchone()[0]
+            )
+
+        low, high = nth_updated(int(rows * 0.45)), nth_updated(int(rows * 0.55))
+        (window_rows,) = conn.execute(
+            "SELECT count(*) FROM applicants WHERE updated_at BETWEEN ? AND ?", (low, high)
+        ).fetchone()
+        by_property = conn.execute(
+            "SELECT property_id, count(*) AS c FROM applicants GROUP BY property_id "
+            "ORDER BY c, property_id"
+        ).fetchall()
+        property_id, property_rows = by_property[len(by_property) // 2]
+        (scoped_rows,) = conn.execute(
+            "SELECT count(*) FROM applicants WHERE integration_id = ?", (SCOPED_INTEGRATION,)
+        ).fetchone()
+        ids = [row[0] for row in conn.execute("SELECT id FROM applicants")]
+    sample = random.Random(0).sample(ids, min(len(ids), 20_000))
+    return DataFacts(
+        rows, (low, high), window_rows, property_id, property_rows, scoped_rows, sample
+    )
+
+
+@dataclass
+class Dataset:
+    """One seeded database, with what the benchmark needs of it."""
+
+    rows: int
+    db: Path
+    facts: DataFacts
+    cases: dict[str, Case]
+    tokens: dict[bool, str]  # scoped? -> token
+    ids_file: Path
+
+    @classmethod
+    def prepare(cls, rows: int, work: Path = WORK) -> Dataset:
+        db = databases.ensure_database(rows, work)
+        facts = data_facts(db, rows)
+        say(
+            f"{rows:,} rows: updated_at window {iso(facts.window[0])}..{iso(facts.window[1])} "
+            f"({facts.window_rows:,} rows), {facts.property_id} ({facts.property_rows} rows), "
+            f"{SCOPED_INTEGRATION} ({facts.scoped_rows:,} rows)"
+        )
+        tokens = {
+            False: databases.create_token(db, "all"),
+            True: databases.create_token(db, "scoped", SCOPED_INTEGRATION),
+        }
+        ids_file = work / f"ids-{rows}.txt"
+        ids_file.write_text("\n".join(facts.ids) + "\n")
+        return cls(rows, db, facts, build_cases(facts), tokens, ids_file)
+
+
+def check_body(db: Path, case: Case, body: bytes) -> list[str]:
+    """`meta.total` and the page length against a direct count: wrong answers void a run."""
+    document = json.loads(body)
+    if case.by_id:
+        return [] if document["meta"]["total"] == 1 else [f"{case.key}: meta.total != 1"]
+    with contextlib.closing(read_only(db)) as conn:
+        where = f"WHERE {case.where}" if case.where else ""
+        (total,) = conn.execute(f"SELECT count(*) FROM applicants {where}", case.params).fetchone()
+    problems = []
+    if document["meta"]["total"] != total:
+        problems.append(f"{case.key}: meta.total {document['meta']['total']} != count {total}")
+    expected = max(0, min(case.limit, total - case.offset))
+    if len(document["results"]) != expected:
+        problems.append(f"{case.key}: {len(document['results'])} results, expected {expected}")
+    return problems
+
+
+def served_once(base: str, dataset: Dataset, case: Case) -> tuple[bytes, list[str]]:
+    url = base + case.path + (dataset.facts.ids[0] if case.by_id else "")
+    status, body = http_get(url, dataset.tokens[case.scoped])
+    if status != 200:
+        raise RuntimeError(f"{case.key}: HTTP {status}: {body[:300]!r}")
+    problems = check_body(dataset.db, case, body)
+    for problem in problems:
+        say(f"  !! {problem}")
+    return body, problems
+
+
+def target_for(base: str, dataset: Dataset, case: Case, name: str) -> WrkTarget:
+    return WrkTarget(
+        name,
+        base + case.path + (dataset.facts.ids[0] if case.by_id else ""),
+        dataset.tokens[case.scoped],
+        dataset.ids_file if case.by_id else None,
+    )

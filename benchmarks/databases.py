@@ -1,0 +1,119 @@
+"""The benchmarks' databases: seeded once, reused while they match the schema and generator.
+
+- `ensure_database`: `benchmarks/work/applicants-N.db`, seeded once with `leasestar seed
+  --count N --seed 0` and reused while it was built from the current schema and generator
+  (every benchmark that takes N rows takes the same file).
+- `create_token`: a bearer token in a database, by `leasestar token create`.
+- `read_only`: a connection set up as the server's own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from harness import LEASESTAR, ROOT, WORK, say
+from provenance import shown
+
+from leasestar.database import READ_PRAGMAS
+
+
+def read_only_uri(path: Path) -> str:
+    return f"file:{path}?mode=ro"
+
+
+def read_only(path: Path) -> sqlite3.Connection:
+    """A read-only connection set up as the server sets up its own (the in-process floors
+    must not be slower than the server's SQLite for want of its page cache)."""
+    connection = sqlite3.connect(read_only_uri(path), uri=True, check_same_thread=False)
+    for pragma in READ_PRAGMAS:
+        connection.execute(pragma)
+    return connection
+
+
+def count_rows(path: Path) -> int:
+    try:
+        with contextlib.closing(read_only(path)) as db:
+            return int(db.execute("SELECT count(*) FROM applicants").fetchone()[0])
+    except sqlite3.Error:
+        return -1
+
+
+def data_fingerprint() -> str:
+    """What a seeded database depends on: the schema, and what the generator makes.
+
+    The generator's output is hashed rather than its source, so that making it faster
+    without changing a record does not cost a reseed of a million rows.
+    """
+    import msgspec
+
+    from leasestar.seed.generator import synthetic_applicants
+
+    digest = hashlib.sha256((ROOT / "schema.sql").read_bytes())
+    for record in synthetic_applicants(200, 0):
+        digest.update(msgspec.json.encode(record))
+    return digest.hexdigest()[:16]
+
+
+def _seeding_elsewhere(partial: Path) -> bool:
+    """Whether a running process (another benchmark's `leasestar seed`) names `partial`."""
+    needle = str(partial).encode()
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        with contextlib.suppress(OSError):
+            if needle in cmdline.read_bytes().split(b"\0"):
+                return True
+    return False
+
+
+def ensure_database(rows: int, work: Path = WORK) -> Path:
+    """`WORK/applicants-N.db`, seeded with `leasestar seed` unless already right.
+
+    Reused when it holds N rows and was built from the current schema and generator (a
+    sidecar file records their fingerprint); rebuilt otherwise.
+    """
+    work.mkdir(parents=True, exist_ok=True)
+    path = work / f"applicants-{rows}.db"
+    stamp = path.with_name(path.name + ".fingerprint")
+    partial = path.with_name(path.name + ".partial")
+    fingerprint = data_fingerprint()
+    while not path.exists() and _seeding_elsewhere(partial):
+        say(f"{partial.name} is being seeded by another run; waiting for it")
+        time.sleep(15)
+    if path.exists():
+        found = count_rows(path)
+        built_from = stamp.read_text().strip() if stamp.exists() else ""
+        if found == rows and built_from == fingerprint:
+            say(f"reusing {shown(path)} ({rows:,} applicants)")
+            return path
+        say(f"{path.name}: {found:,} rows, schema/generator {built_from or '?'}: rebuilding it")
+    stamp.unlink(missing_ok=True)
+    for stale in (path, partial):
+        for suffix in ("", "-wal", "-shm"):
+            Path(f"{stale}{suffix}").unlink(missing_ok=True)
+    say(f"seeding {rows:,} applicants into {shown(path)} (leasestar seed)")
+    started = time.monotonic()
+    subprocess.run(
+        [str(LEASESTAR), "seed", "--db", str(partial), "--count", str(rows), "--seed", "0"],
+        check=True,
+        stdout=sys.stderr.fileno(),  # its summary with the progress: stdout is for reports
+    )
+    partial.rename(path)
+    stamp.write_text(fingerprint + "\n")
+    say(f"seeded {rows:,} in {time.monotonic() - started:.0f} s")
+    return path
+
+
+def create_token(db: Path, purpose: str, integration: str | None = None) -> str:
+    """A new bearer token in `db` (scoped to `integration` if given), by the CLI."""
+    name = f"bench-{purpose}-{time.strftime('%Y%m%d%H%M%S')}-{os.getpid()}"
+    command = [str(LEASESTAR), "token", "create", "--db", str(db), "--name", name]
+    if integration:
+        command += ["--integration", integration]
+    out = subprocess.run(command, check=True, capture_output=True, text=True).stdout
+    return out.strip().splitlines()[-1]

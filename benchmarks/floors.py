@@ -1,0 +1,217 @@
+"""The floors a case is measured against: the in-process page, and the bare HTTP server.
+
+*In-process floor*: the case's page read and byte assembly with sqlite3 in a loop, no
+HTTP, on the server's core. *HTTP floor*: a bare Litestar app under the same uvicorn
+settings answering the case's exact body (`floor_app.py`). Composite floor =
+1 / (1/HTTP + 1/in-process).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import harness
+from cases import Case
+from databases import read_only
+from harness import BENCH, UVICORN, on_server_core
+
+
+def floor_server(bodies: Path, work: Path) -> contextlib.AbstractContextManager[harness.Server]:
+    """The HTTP floor: a bare Litestar app answering each case's exact body (`floor_app.py`)."""
+    # `leasestar serve` runs uvicorn.run(factory=True, workers=1, log_level="info",
+    # access_log=False) with uvicorn's default loop and HTTP parser: the same here.
+    command = [
+        str(UVICORN),
+        "floor_app:create_floor_app",
+        "--factory",
+        "--app-dir",
+        str(BENCH),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "{port}",
+        "--workers",
+        "1",
+        "--log-level",
+        "info",
+        "--no-access-log",
+    ]
+    return harness.server(
+        "floor", command, "/floor/tiny", {"BENCH_FLOOR_DIR": str(bodies)}, work=work
+    )
+
+
+def split_meta(body: bytes) -> bytes:
+    """The meta object of a response body (the floor splices it exactly as served)."""
+    return body[len(b'{"meta":') : body.index(b',"results":')]
+
+
+class InProcessFloor:
+    """The case's page read and byte assembly with sqlite3 in a loop: pages per second.
+
+    The floor is the fastest way found to produce the served bytes, so every variant's
+    bytes must equal the served body. Plans: the plain statement (SQLite's planner
+    chooses the index); for a filtered case, the ordering's index walked with the filter
+    applied row by row (`+column` keeps the filter off its index); and, for a filter or
+    an offset on the default order, a keyset seek to the page's first row, whose sort key
+    is looked up once beforehand (as a cache of such anchors would). Assembly: rows
+    joined in Python or SQLite's `group_concat`, each as text (decoded, then encoded
+    again) or as the stored UTF-8 bytes (`CAST(... AS BLOB)`). The best plan is picked
+    first, then the best assembly.
+    """
+
+    def __init__(self, db: Path, case: Case, body: bytes, ids: list[str]) -> None:
+        self.name = f"in-process {case.key}"
+        self._conn = read_only(db)
+        self._ids = ids
+        self._picks: Iterator[str] = iter(())
+        meta = split_meta(body)
+        if case.by_id:
+            variants = self._by_id_variants(b'{"meta":' + meta + b',"results":')
+        else:
+            head, tail = b'{"meta":' + meta + b',"results":[', b"]}"
+            plans = self._plans(case)
+            with on_server_core():
+                plan_rates = {
+                    name: self._trial(
+                        self._assemblies(head, tail, *plan)["group_concat, blob"], body
+                    )
+                    for name, plan in plans.items()
+                }
+            best_plan = max(plan_rates, key=plan_rates.__getitem__)
+            variants = {
+                f"{best_plan}; {name}": produce
+                for name, produce in self._assemblies(head, tail, *plans[best_plan]).items()
+            }
+        with on_server_core():
+            trials = {name: self._trial(produce, body) for name, produce in variants.items()}
+        self.variant = max(trials, key=trials.__getitem__)
+        self._produce = variants[self.variant]
+        self.calls = 0
+        self.elapsed = 0.0
+
+    def _plans(self, case: Case) -> dict[str, tuple[str, tuple[Any, ...]]]:
+        """Plan name -> (page SQL selecting {column}, its parameters)."""
+        tail = f"ORDER BY {case.order} LIMIT ? OFFSET ?"
+        filters = {"": case.where}
+        if case.where:
+            filters["order walk"] = re.sub(
+                r"\b(updated_at|property_id|integration_id)\b", r"+\1", case.where
+            )
+        plans = {}
+        for name, where in filters.items():
+            clause = f"WHERE {where}" if where else ""
+            plans[name or "plain"] = (
+                f"SELECT {{column}} FROM applicants {clause} {tail}",
+                (*case.params, case.limit, case.offset),
+            )
+            if case.order != "created_at DESC, id DESC" or not (case.where or case.offset):
+                continue
+            anchor = self._conn.execute(
+                f"SELECT created_at, id FROM applicants {clause} {tail}",
+                (*case.params, 1, case.offset),
+            ).fetchone()
+            if anchor is not None:
+                seek = f"{where} AND " if where else ""
+                plans[f"{name or 'plain'}, keyset seek"] = (
+                    f"SELECT {{column}} FROM applicants WHERE {seek}(created_at, id) <= (?, ?) "
+                    f"{tail}",
+                    (*case.params, *anchor, case.limit, 0),
+                )
+        return plans
+
+    def _assemblies(
+        self, head: bytes, tail: bytes, template: str, params: tuple[Any, ...]
+    ) -> dict[str, Callable[[], bytes]]:
+        conn = self._conn
+        text_rows = template.format(column="body")
+        blob_rows = template.format(column="CAST(body AS BLOB)")
+        joined = "coalesce(group_concat(body, ','), '')"
+        text_concat = f"SELECT {joined} FROM ({text_rows})"
+        blob_concat = f"SELECT CAST({joined} AS BLOB) FROM ({text_rows})"
+
+        def rows_text() -> bytes:
+            text = ",".join([row[0] for row in conn.execute(text_rows, params)])
+            return b"".join((head, text.encode(), tail))
+
+        def rows_blob() -> bytes:
+            rows = [row[0] for row in conn.execute(blob_rows, params)]
+            return b"".join((head, b",".join(rows), tail))
+
+        def concat_text() -> bytes:
+            (text,) = conn.execute(text_concat, params).fetchone()
+            return b"".join((head, text.encode(), tail))
+
+        def concat_blob() -> bytes:
+            (blob,) = conn.execute(blob_concat, params).fetchone()
+            return b"".join((head, blob, tail))
+
+        return {
+            "rows+join, text": rows_text,
+            "rows+join, blob": rows_blob,
+            "group_concat, text": concat_text,
+            "group_concat, blob": concat_blob,
+        }
+
+    def _by_id_variants(self, head: bytes) -> dict[str, Callable[[], bytes]]:
+        conn = self._conn
+
+        def by_id_text() -> bytes:
+            (text,) = conn.execute(
+                "SELECT body FROM applicants WHERE id = ?", (self._next_id(),)
+            ).fetchone()
+            return b"".join((head, text.encode(), b"}"))
+
+        def by_id_blob() -> bytes:
+            (blob,) = conn.execute(
+                "SELECT CAST(body AS BLOB) FROM applicants WHERE id = ?", (self._next_id(),)
+            ).fetchone()
+            return b"".join((head, blob, b"}"))
+
+        return {"row, text": by_id_text, "row, blob": by_id_blob}
+
+    def _trial(self, produce: Callable[[], bytes], body: bytes) -> float:
+        """A short timing of one variant, after checking it makes the served bytes."""
+        self._picks = iter(())  # by id: the first id is the one whose body was served
+        if produce() != body:
+            raise RuntimeError(f"{self.name}: a floor variant differs from the served body")
+        calls, elapsed = loop(produce, 0.15)
+        return calls / elapsed
+
+    def _next_id(self) -> str:
+        try:
+            return next(self._picks)
+        except StopIteration:
+            self._picks = iter(self._ids)
+            return next(self._picks)
+
+    def run(self, seconds: float) -> None:
+        with on_server_core():
+            calls, elapsed = loop(self._produce, seconds)
+        self.calls += calls
+        self.elapsed += elapsed
+
+    @property
+    def rate(self) -> float:
+        return self.calls / self.elapsed if self.elapsed else 0.0
+
+    def close(self) -> None:
+        self._conn.close()
+
+
+def loop(produce: Callable[[], bytes], seconds: float) -> tuple[int, float]:
+    """(calls, elapsed) of `produce` called for at least `seconds`, after one warm call."""
+    produce()
+    calls, start = 0, time.perf_counter()
+    deadline = start + seconds
+    while True:
+        produce()
+        calls += 1
+        now = time.perf_counter()
+        if now >= deadline:
+            return calls, now - start

@@ -1,0 +1,104 @@
+"""What a benchmark's report records about its run, and where it goes.
+
+`machine`, `versions`, `describe_machine`, `loadavg`, `git_commit`: the lines every
+report carries; `write_section`: one section of `benchmarks/RESULTS.md` replaced, every
+other byte kept; `shown`: a path as typed from the repository root.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import platform
+import sqlite3
+import subprocess
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parent
+ROOT = BENCH.parent
+RESULTS_MD = BENCH / "RESULTS.md"
+
+
+def shown(path: Path) -> str:
+    """A path as a reader would type it from the repository root, where it is below it."""
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
+
+
+def versions() -> dict[str, str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    found = {"python": platform.python_version(), "sqlite": sqlite3.sqlite_version}
+    for package in ("litestar", "msgspec", "uvicorn", "uvloop", "httptools", "aiosqlite"):
+        try:
+            found[package] = version(package)
+        except PackageNotFoundError:
+            found[package] = "-"
+    out = subprocess.run(["wrk", "--version"], capture_output=True, text=True).stdout.split()
+    found["wrk"] = out[1] if len(out) > 1 else "?"
+    return found
+
+
+def machine() -> dict[str, str]:
+    model = "?"
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    memory = "?"
+    with contextlib.suppress(OSError, IndexError, ValueError):
+        kb = int(Path("/proc/meminfo").read_text().split()[1])
+        memory = f"{kb / 2**20:.0f} GiB"
+    return {
+        "cpu": model,
+        "cores": str(os.cpu_count()),
+        "memory": memory,
+        "kernel": platform.release(),
+    }
+
+
+def describe_machine(*packages: str) -> str:
+    """The machine in one line, e.g. "Xeon, 2 cores, 8 GiB, kernel 6.1; python 3.11.7"."""
+    m = machine()
+    text = f"{m['cpu']}, {m['cores']} cores, {m['memory']}, kernel {m['kernel']}"
+    if packages:
+        found = versions()
+        text += "; " + ", ".join(f"{name} {found.get(name, '?')}" for name in packages)
+    return text
+
+
+def loadavg() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def git_commit() -> str:
+    """HEAD's short hash, and whether what is measured has uncommitted changes."""
+    out = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
+    )
+    dirty = subprocess.run(
+        ["git", "status", "--porcelain", "--", "leasestar", "schema.sql", "pyproject.toml"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    return out.stdout.strip() + (" + uncommitted changes" if dirty else "")
+
+
+def write_section(section: str, path: Path = RESULTS_MD) -> None:
+    """Replace one section of RESULTS.md, from its `<!-- BEGIN x -->` line to its
+    `<!-- END x -->` (the first and last lines of `section`); every other byte is kept.
+    A section the file does not have yet is appended."""
+    lines = section.strip("\n").splitlines()
+    begin, end = lines[0], lines[-1]
+    if not (begin.startswith("<!-- BEGIN ") and end.startswith("<!-- END ")):
+        raise ValueError("a section starts with <!-- BEGIN x --> and ends with <!-- END x -->")
+    section = "\n".join(lines)
+    text = path.read_text() if path.exists() else "# Benchmark results\n"
+    if begin in text and end in text:
+        start = text.index(begin)
+        stop = text.index(end) + len(end)
+        text = text[:start] + section + text[stop:]
+    else:
+        text = text.rstrip("\n") + "\n\n" + section + "\n"
+    path.write_text(text)
