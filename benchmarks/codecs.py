@@ -15,7 +15,9 @@ import zlib
 from collections.abc import Callable
 
 import brotli
+import databases
 import harness
+import provenance
 from isal import isal_zlib
 
 try:
@@ -49,8 +51,8 @@ CODECS: dict[str, Callable[[bytes], bytes]] = {
 
 
 def _pages(rows: int) -> list[bytes]:
-    db = harness.ensure_database(rows)
-    with harness.read_only(db) as connection:
+    db = databases.ensure_database(rows)
+    with databases.read_only(db) as connection:
         connection.text_factory = bytes
         bodies = [
             row[0]
@@ -73,10 +75,10 @@ def main() -> None:
         "<!-- BEGIN codecs -->",
         "## Compressing a page: codecs by cost (issue 15)",
         "",
-        f"`python benchmarks/codecs.py` at {harness.git_commit()}: {PAGES} distinct "
+        f"`python benchmarks/codecs.py` at {provenance.git_commit()}: {PAGES} distinct "
         f"{PAGE_ROWS}-record pages of the default order ({size / PAGES / 1024:,.0f} KiB "
         f"each on average) of {rows:,} seeded applicants, best of 5, one core; "
-        f"{harness.describe_machine('isal', 'brotli')}.",
+        f"{provenance.describe_machine('isal', 'brotli')}.",
         "",
         "| codec | us per page | size ratio |",
         "|---|---:|---:|",
@@ -92,7 +94,7 @@ def main() -> None:
             lines.append(f"| {name} | {best / PAGES * 1e6:,.0f} | {size / compressed:.2f}x |")
             harness.say(lines[-1])
     lines.append("<!-- END codecs -->")
-    harness.write_section("\n".join(lines))
+    provenance.write_section("\n".join(lines))
 
 
 if __name__ == "__main__":
