@@ -14,7 +14,9 @@ import argparse
 import contextlib
 import time
 
+import databases
 import harness
+import provenance
 
 ROWS = 100_000
 # Far beyond any run: every request is counted, none refused.
@@ -23,13 +25,15 @@ SERVERS = {"rate limit off": "off", "shared rate limit": NO_REFUSAL}
 
 
 def measure(seconds: int, slices: int) -> str:
-    db = harness.ensure_database(ROWS)
-    token = harness.create_token(db, "rate-limit")
-    ids = [row[0] for row in harness.read_only(db).execute("SELECT id FROM applicants LIMIT 10000")]
+    db = databases.ensure_database(ROWS)
+    token = databases.create_token(db, "rate-limit")
+    ids = [
+        row[0] for row in databases.read_only(db).execute("SELECT id FROM applicants LIMIT 10000")
+    ]
     ids_file = harness.WORK / "rate-limit-ids.txt"
     ids_file.write_text("\n".join(ids) + "\n")
     started = time.monotonic()
-    load = harness.loadavg()
+    load = provenance.loadavg()
     rows: list[str] = []
     with contextlib.ExitStack() as stack:
         bases = {
@@ -68,14 +72,14 @@ def measure(seconds: int, slices: int) -> str:
             "## The shared rate limit's cost (issue 11)",
             "",
             f"Run {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} on commit "
-            f"`{harness.git_commit()}` with `make bench` (`benchmarks/rate_limit_cost.py`): "
+            f"`{provenance.git_commit()}` with `make bench` (`benchmarks/rate_limit_cost.py`): "
             f"{ROWS:,} applicants, `leasestar serve` (one worker, access log off) with "
             f"`LEASESTAR_RATE_LIMIT=off` and with `{NO_REFUSAL}` (every request counted in "
             f"`<db>-ratelimit`, none refused), wrk `-c{harness.CONNECTIONS}`, {slices} "
             f"interleaved slices of {seconds} s each, measuring took "
             f"{(time.monotonic() - started) / 60:.1f} min. Machine: "
-            f"{harness.describe_machine()}; load average {load} before, "
-            f"{harness.loadavg()} after. Goal: a cost under 5 % of req/s.",
+            f"{provenance.describe_machine()}; load average {load} before, "
+            f"{provenance.loadavg()} after. Goal: a cost under 5 % of req/s.",
             "",
             "| case | off req/s | shared req/s | cost | off p99 ms | shared p99 ms |",
             "|---|---:|---:|---:|---:|---:|",
@@ -96,7 +100,7 @@ def main() -> int:
     section = measure(args.seconds, args.slices)
     print(section)
     if not args.no_write:
-        harness.write_section(section)
+        provenance.write_section(section)
     return 0
 
 
