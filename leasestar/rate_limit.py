@@ -7,61 +7,48 @@ read followed by a write is not atomic across processes (Litestar's lock is per
 process, and `FileStore` replaces a file per write: two workers that read the same count
 both write count + 1, and one request goes uncounted). The history is also a list of
 every request's timestamp in the window, decoded and re-encoded on each request, which
-grows with the budget (at 600 it costs more than the page read it guards).
+grows with the budget.
 
-So the count lives in a small SQLite file beside the database (`<db>-ratelimit`), one
-row per token: (requests in the window, when the window ends). A request is counted
-by one atomic `INSERT ... ON CONFLICT DO UPDATE ... RETURNING`, which opens a new window,
-adds the request, or (past the budget) leaves the count as it is, and answers the
-count and the window's end. WAL and `synchronous = OFF` make that a few microseconds
-and a few system calls: the file holds nothing that must survive a power cut (a lost
-window at worst hands out one fresh budget). Two workers meet on the write lock only
-for the microseconds of one statement, so a busy file is tried again at once rather
-than through SQLite's busy handler, whose first pause (1 ms) would stall the event loop.
+So every worker counts in one small file beside the database, `<db>-ratelimit`, mapped
+into memory: a table of 4,096 slots, each (the key's digest, requests in the window,
+when the window ends). A request takes the file's lock (`flock`), finds its key's slot,
+opens a new window or adds itself (past the budget the count stays at budget + 1: a
+refused request is not counted and does not move the window's end, as with Litestar),
+and lets go: two system calls and a few bytes, about 5 us. A table in SQLite did the
+same with one `INSERT ... ON CONFLICT ... RETURNING` in 15-50 us (its locks and WAL
+write), which cost get by id more than the 5 % this may take (benchmarks/RESULTS.md).
+The lock is the kernel's, so a worker that dies holding it releases it.
+
 Windows survive a restart of the server, and servers sharing a database share budgets.
+A slot whose window has ended is free for another key, so 4,096 tokens can have a
+window open at once.
 """
 
 from __future__ import annotations
 
-import asyncio
+import fcntl
+import hashlib
+import mmap
 import os
-import sqlite3
+import struct
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from litestar.datastructures import MutableScopeHeaders
 from litestar.exceptions import TooManyRequestsException
 from litestar.middleware.rate_limit import DURATION_VALUES, RateLimitMiddleware
 from litestar.types import Message, Receive, Scope, Send
 
-from leasestar.database import BUSY_TIMEOUT_MS, DatabaseError
+from leasestar.database import DatabaseError
 
-# How long a request waits for another worker's increment before it gives up (a 500
-# with the cause in the log): far beyond the microseconds one takes.
-_BUSY_GIVE_UP_SECONDS: Final = 5.0
-# Tries on the event loop before pausing: each waits for one statement of another worker.
-_IMMEDIATE_TRIES: Final = 100
-_PAUSE_SECONDS: Final = 0.0005
-
-_SCHEMA: Final = """
-CREATE TABLE IF NOT EXISTS windows (
-    key       TEXT    PRIMARY KEY,
-    count     INTEGER NOT NULL,  -- requests counted in the window, at most budget + 1
-    resets_at INTEGER NOT NULL   -- when the window ends, in Unix seconds
-) WITHOUT ROWID
-"""
-# The whole decision in one statement, so no other worker comes between the read and
-# the write. Past the budget the count stays at budget + 1: a refused request is not
-# counted and does not move the window's end (as Litestar's limiter behaves).
-_COUNT_REQUEST: Final = """
-INSERT INTO windows (key, count, resets_at) VALUES (:key, 1, :now + :seconds)
-ON CONFLICT (key) DO UPDATE SET
-    count = CASE WHEN resets_at <= :now THEN 1 ELSE min(count + 1, :budget + 1) END,
-    resets_at = CASE WHEN resets_at <= :now THEN :now + :seconds ELSE resets_at END
-RETURNING count, resets_at
-"""
+_MAGIC: Final = b"leasestar rate limit v1\n"
+_SLOTS: Final = 4096
+_SLOT: Final = struct.Struct("<16sqq")  # key digest, count, window end (Unix seconds)
+_WINDOW: Final = struct.Struct("<qq")
+_FREE: Final = bytes(16)
+_TABLE_AT: Final = len(_MAGIC)
+_SIZE: Final = _TABLE_AT + _SLOTS * _SLOT.size
 
 
 def counter_path(db_path: Path) -> Path:
@@ -71,59 +58,104 @@ def counter_path(db_path: Path) -> Path:
 
 @dataclass(frozen=True, slots=True)
 class Window:
-    """A token's window after counting one request."""
+    """A key's window after counting one request."""
 
     count: int  # requests in the window, this one included; budget + 1 when refused
     resets_at: int  # Unix seconds
+
+
+class CounterFull(Exception):
+    """Every slot holds a window still open: no room for another key."""
 
 
 class WindowCounter:
     """The rate-limit file: counts requests per key, atomically across processes."""
 
     def __init__(self, path: Path) -> None:
-        # The file is created with SQLite's busy handler on, since every worker starts at
-        # once and creating it takes the lock for longer than one count does.
+        self._path = path
         try:
-            self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-        except sqlite3.Error as error:
-            raise DatabaseError(f"cannot use the rate-limit file {path}: {error}") from None
+            self._fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        except OSError as error:
+            raise DatabaseError(
+                f"cannot use the rate-limit file {path}: {error.strerror}"
+            ) from None
         try:
-            self._db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-            self._db.execute("PRAGMA journal_mode = WAL")
-            self._db.execute("PRAGMA synchronous = OFF")
-            self._db.execute(_SCHEMA)
-            self._db.execute("PRAGMA busy_timeout = 0")
-        except sqlite3.Error as error:
-            self._db.close()
-            raise DatabaseError(f"cannot use the rate-limit file {path}: {error}") from None
+            self._prepare()
+            self._map = mmap.mmap(self._fd, _SIZE)
+        except BaseException:
+            os.close(self._fd)
+            raise
+        self._slots: dict[str, tuple[bytes, int]] = {}  # key -> (digest, slot offset)
+
+    def _prepare(self) -> None:
+        """Give a new file its table, under the lock (every worker starts at once)."""
+        fcntl.flock(self._fd, fcntl.LOCK_EX)
+        try:
+            size = os.fstat(self._fd).st_size
+            if size == 0:
+                os.ftruncate(self._fd, _SIZE)
+                os.pwrite(self._fd, _MAGIC, 0)
+            elif size != _SIZE or os.pread(self._fd, len(_MAGIC), 0) != _MAGIC:
+                raise DatabaseError(
+                    f"{self._path} is not a leasestar rate-limit file: move it away "
+                    "(it holds only counts of open windows)"
+                )
+        except OSError as error:
+            raise DatabaseError(
+                f"cannot use the rate-limit file {self._path}: {error.strerror}"
+            ) from None
+        finally:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
 
     def close(self) -> None:
-        self._db.close()
+        self._map.close()
+        os.close(self._fd)
 
-    def _try_count(self, key: str, budget: int, seconds: int) -> Window | None:
-        """Count a request; None when another worker holds the file this instant."""
-        parameters = {"key": key, "now": int(time.time()), "seconds": seconds, "budget": budget}
+    def count(self, key: str, budget: int, seconds: int) -> Window:
+        """Count one request of `key` in a window of `seconds` holding `budget` requests."""
+        now = int(time.time())
+        known = self._slots.get(key)
+        digest = known[0] if known else hashlib.blake2b(key.encode(), digest_size=16).digest()
+        fcntl.flock(self._fd, fcntl.LOCK_EX)
         try:
-            count, resets_at = self._db.execute(_COUNT_REQUEST, parameters).fetchone()
-        except sqlite3.OperationalError as error:
-            if getattr(error, "sqlite_errorcode", -1) & 0xFF != sqlite3.SQLITE_BUSY:
-                raise
-            return None
+            # Another key may have taken the slot over once this key's window ended.
+            if known is None or self._map[known[1] : known[1] + 16] != digest:
+                known = (digest, self._find(digest, now))
+                self._slots[key] = known
+            at = known[1] + 16
+            count, resets_at = _WINDOW.unpack_from(self._map, at)
+            if resets_at <= now:
+                count, resets_at = 1, now + seconds
+            else:
+                count = min(count + 1, budget + 1)
+            _WINDOW.pack_into(self._map, at, count, resets_at)
+        finally:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
         return Window(count, resets_at)
 
-    async def count(self, key: str, budget: int, seconds: int) -> Window:
-        """Count one request of `key` in a window of `seconds` holding `budget` requests."""
-        give_up = time.monotonic() + _BUSY_GIVE_UP_SECONDS
-        tries = 0
-        while (window := self._try_count(key, budget, seconds)) is None:
-            tries += 1
-            if time.monotonic() > give_up:
-                raise sqlite3.OperationalError("the rate-limit file stayed locked")
-            if tries < _IMMEDIATE_TRIES:
-                os.sched_yield()  # the holder may be waiting for this core
-            else:
-                await asyncio.sleep(_PAUSE_SECONDS)
-        return window
+    def _find(self, digest: bytes, now: int) -> int:
+        """The offset of `digest`'s slot, claiming one if it has none (the lock is held).
+
+        Linear probing from the digest's home slot, up to the first never-used slot; a
+        slot whose window has ended is taken over (its count no longer matters), so
+        chains never break and the table never fills with old tokens.
+        """
+        home = int.from_bytes(digest[:8], "little") % _SLOTS
+        reusable = None
+        for step in range(_SLOTS):
+            offset = _TABLE_AT + (home + step) % _SLOTS * _SLOT.size
+            slot_digest, _, resets_at = _SLOT.unpack_from(self._map, offset)
+            if slot_digest == digest:
+                return offset
+            if slot_digest == _FREE:  # never used: the digest is not further on
+                reusable = offset if reusable is None else reusable
+                break
+            if reusable is None and resets_at <= now:
+                reusable = offset
+        if reusable is None:
+            raise CounterFull(f"{self._path}: {_SLOTS} windows are open at once")
+        _SLOT.pack_into(self._map, reusable, digest, 0, 0)
+        return reusable
 
 
 class SharedRateLimitMiddleware(RateLimitMiddleware):
@@ -134,7 +166,7 @@ class SharedRateLimitMiddleware(RateLimitMiddleware):
         app = scope["litestar_app"]
         counter: WindowCounter = app.state.rate_limit_counter
         key = self.cache_key_from_request(app.request_class(scope))
-        window = await counter.count(key, self.max_requests, DURATION_VALUES[self.unit])
+        window = counter.count(key, self.max_requests, DURATION_VALUES[self.unit])
         headers = self.window_headers(window)
         if window.count > self.max_requests:
             raise TooManyRequestsException(headers=headers)
@@ -154,12 +186,15 @@ class SharedRateLimitMiddleware(RateLimitMiddleware):
 
     @staticmethod
     def _sending_headers(send: Send, headers: dict[str, str]) -> Send:
+        # Appended as they are: no route sets these headers itself, so there is nothing
+        # to replace (Litestar's MutableScopeHeaders searches the list for each).
+        encoded = [
+            (name.encode("latin-1"), value.encode("latin-1")) for name, value in headers.items()
+        ]
+
         async def send_with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":
-                message.setdefault("headers", [])
-                response_headers = MutableScopeHeaders(message)
-                for name, value in headers.items():
-                    response_headers[name] = value
+                message["headers"] = [*message.get("headers", ()), *encoded]
             await send(message)
 
         return send_with_headers

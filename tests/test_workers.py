@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import http.client
 import os
-import sqlite3
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -23,6 +22,7 @@ import pytest
 from leasestar.applicants.pipeline import write_records
 from leasestar.auth import revoke_token
 from leasestar.database import open_for_write
+from leasestar.rate_limit import WindowCounter, counter_path
 from leasestar.seed.generator import synthetic_applicants
 from tests.test_durability import children
 from tests.test_hardening import Server, copy_database, new_token, query_one, serve
@@ -199,14 +199,20 @@ def test_cursors_etags_and_totals_agree_across_workers(
     assert stale.status_code == 200
 
 
-def test_the_counts_live_in_a_file_beside_the_database(server: Server, workers_db: Path) -> None:
-    counts = workers_db.with_name(workers_db.name + "-ratelimit")
-    connection = sqlite3.connect(counts)
+def test_the_counts_live_in_a_file_beside_the_database(
+    pair: list[WorkerConnection], workers_db: Path
+) -> None:
+    token = new_token(workers_db, "spent")
+    for n in range(BUDGET):
+        assert pair[n % WORKERS].get(f"{LIST}?limit=1", token).status_code == 200
+    # A third process opening the file finds the token's budget spent.
+    counter = WindowCounter(counter_path(workers_db))
     try:
-        keys = {key for (key,) in connection.execute("SELECT key FROM windows")}
+        window = counter.count("SharedRateLimitMiddleware::spent", BUDGET, 60)
     finally:
-        connection.close()
-    assert any(key.endswith("::alternating") for key in keys), keys
+        counter.close()
+    assert window.count == BUDGET + 1
+    assert [c.get(f"{LIST}?limit=1", token).status_code for c in pair] == [429] * WORKERS
 
 
 def test_workers_auto_runs_one_per_core_with_one_budget(
