@@ -18,7 +18,7 @@ import databases
 from databases import read_only
 from harness import WORK, WrkTarget, http_get, say
 
-SCOPED_INTEGRATION = "int_yardi_01"
+SCOPED_INTEGRATION = "int_mri_01"
 SMALL, BIG = 100_000, 1_000_000
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 

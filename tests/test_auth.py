@@ -123,7 +123,7 @@ async def test_only_a_hash_of_the_token_is_stored(db: sqlite3.Connection, token:
 # --- tenancy --------------------------------------------------------------------------------
 
 
-SCOPE = ("int_yardi_01", "int_entrata_01")
+SCOPE = ("int_mri_01", "int_entrata_01")
 
 
 async def test_scoped_token_sees_only_its_integrations(
@@ -148,9 +148,9 @@ async def test_scoped_token_sees_only_its_integrations(
         offset += 40
     assert seen == expected
     # filters apply inside the scope, never widen it
-    yardi = await anonymous.get("/v1/applicants?integration_vendor=YARDI")
-    assert yardi.json()["meta"]["total"] == sum(
-        1 for r in records if r["integration_id"] == "int_yardi_01"
+    mri = await anonymous.get("/v1/applicants?integration_vendor=MRI")
+    assert mri.json()["meta"]["total"] == sum(
+        1 for r in records if r["integration_id"] == "int_mri_01"
     )
     foreign = await anonymous.get("/v1/applicants?integration_id=int_realpage_01")
     assert foreign.json()["meta"]["total"] == 0
@@ -162,7 +162,7 @@ async def test_foreign_id_answers_exactly_like_an_unknown_id(
 ) -> None:
     scoped = create_token(db, "scoped", SCOPE)
     anonymous.headers["Authorization"] = f"Bearer {scoped}"
-    own = next(r for r in records if r["integration_id"] == "int_yardi_01")
+    own = next(r for r in records if r["integration_id"] == "int_mri_01")
     foreign = next(r for r in records if r["integration_id"] not in SCOPE)
     mine = await anonymous.get(f"/v1/applicants/{own['id']}")
     assert mine.status_code == 200
@@ -191,7 +191,7 @@ async def test_foreign_x_id_lookup_finds_nothing(
 ) -> None:
     scoped = create_token(db, "scoped", ("int_resman_01",))
     anonymous.headers["Authorization"] = f"Bearer {scoped}"
-    foreign = next(r for r in records if r["integration_id"] == "int_yardi_02")
+    foreign = next(r for r in records if r["integration_id"] == "int_mri_02")
     response = await anonymous.get(
         "/v1/applicants",
         params={
@@ -220,7 +220,7 @@ async def test_two_tokens_same_url_different_scopes(
     anonymous: Client, db: sqlite3.Connection, token: str, records: list[Record]
 ) -> None:
     # The same URL must never answer one token with what another token saw.
-    scoped = create_token(db, "scoped", ("int_appfolio_01",))
+    scoped = create_token(db, "scoped", ("int_buildium_01",))
     wide = await anonymous.get(
         "/v1/applicants?limit=5", headers={"Authorization": f"Bearer {token}"}
     )
@@ -229,9 +229,9 @@ async def test_two_tokens_same_url_different_scopes(
     )
     assert wide.json()["meta"]["total"] == 300
     assert narrow.json()["meta"]["total"] == sum(
-        1 for r in records if r["integration_id"] == "int_appfolio_01"
+        1 for r in records if r["integration_id"] == "int_buildium_01"
     )
-    assert {r["integration_id"] for r in narrow.json()["results"]} == {"int_appfolio_01"}
+    assert {r["integration_id"] for r in narrow.json()["results"]} == {"int_buildium_01"}
     if "etag" in wide.headers:
         conditional = await anonymous.get(
             "/v1/applicants?limit=5",

@@ -37,12 +37,17 @@ from typing import Any, Final, NamedTuple, TypeVar
 from leasestar.applicants.prepared import RecordFields
 from leasestar.applicants.records import Applicant, applicant_encoder, applicant_line_decoder
 
+# Enumerated-looking values (vendors, phone kinds, normalized statuses) are drawn only
+# from what the mirrored API's published OpenAPI document enumerates for them
+# (propexo/documentation, fern/openapi/openapi.yml), so that a client generated from it
+# reads the demo data; import itself still takes any string (the specification leaves
+# them open).
 INTEGRATIONS: Final = (
-    ("int_yardi_01", "YARDI"),
-    ("int_yardi_02", "YARDI"),
+    ("int_mri_01", "MRI"),
+    ("int_mri_02", "MRI"),
     ("int_entrata_01", "ENTRATA"),
     ("int_realpage_01", "REALPAGE"),
-    ("int_appfolio_01", "APPFOLIO"),
+    ("int_buildium_01", "BUILDIUM"),
     ("int_resman_01", "RESMAN"),
 )
 PROPERTIES_PER_INTEGRATION: Final = 40
@@ -75,9 +80,14 @@ AREA_CODES: Final = (
     "813", "727", "212", "415", "617", "305", "702", "818",
 )  # fmt: skip
 # (type, share): a first phone is mostly a mobile; a second may also be a fax.
-PHONE_TYPES: Final = (("mobile", 7), ("home", 2), ("work", 1))
-PHONE_2_TYPES: Final = (("mobile", 4), ("home", 3), ("work", 3), ("fax", 2))
-PHONE_FORMATS: Final = ("({a}) {b}-{c}", "{a}-{b}-{c}", "+1 {a} {b} {c}", "1{a}{b}{c}")
+PHONE_TYPES: Final = (("MOBILE", 14), ("HOME", 4), ("WORK", 2), ("OTHER", 1))
+PHONE_2_TYPES: Final = (("MOBILE", 4), ("HOME", 3), ("WORK", 3), ("FAX", 2), ("OTHER", 1))
+# As source systems send them: typed by hand into a form, E.164 from an SMS provider,
+# bare digits from a CSV export, with or without the country code.
+PHONE_FORMATS: Final = (
+    "({a}) {b}-{c}", "{a}-{b}-{c}", "{a}.{b}.{c}", "{a}{b}{c}", "+1{a}{b}{c}", "+1 {a}-{b}-{c}",
+    "1-{a}-{b}-{c}",
+)  # fmt: skip
 APPLICANT_TYPES: Final = (("PRIMARY", "Primary"), ("CO_APPLICANT", "Co-Applicant"),
                           ("GUARANTOR", "Guarantor"), ("OCCUPANT", "Occupant"))  # fmt: skip
 # An applicant's age in whole years at created_at, and its share: renters are mostly young
@@ -87,9 +97,13 @@ APPLICANT_AGES: Final = (
     + tuple((age, 3) for age in range(35, 45)) + tuple((age, 2) for age in range(45, 55))
     + tuple((age, 1) for age in range(55, 80))
 )  # fmt: skip
+# (status_raw, status_normalized, status): the source's words, the published normalized
+# status they mean, and its lower case. "In Review" is still pending; "Waitlisted" is none
+# of the named outcomes.
 STATUSES: Final = (("Pending", "PENDING", "pending"), ("Approved", "APPROVED", "approved"),
-                   ("Denied", "DENIED", "denied"), ("Cancelled", "CANCELLED", "cancelled"),
-                   ("In Review", "IN_REVIEW", "in_review"))  # fmt: skip
+                   ("Denied", "DENIED", "denied"), ("Cancelled", "CANCELED", "canceled"),
+                   ("In Review", "PENDING", "pending"),
+                   ("Waitlisted", "OTHER", "other"))  # fmt: skip
 APPLICATION_SOURCES: Final = ("web", "walk-in", "phone")
 # Pets by type: (type, share in 100 pets, breeds, notes). A breed: (name, share within its
 # type, lightest and heaviest adult weight in lb, oldest age in years, colors). Every pet
@@ -353,7 +367,7 @@ _APPLICANT_DRAWS = struct.Struct(
     "B BBB B"  # first_null, middle_at_all, middle_null, middle_draw, last_null
     "BBBH B"  # email_null, upper_draw, domain_draw, handle_number, email_2_at_all
     "BBH"  # email_2_null, email_2_domain, email_2_number
-    "BBHHI BB"  # phone_null, phone_format, phone_a, phone_b, phone_c, phone_type_null, _draw
+    "BBHHI BB"  # (unused), phone_format, phone_a, phone_b, phone_c, (unused), phone_type_draw
     "BBHI BB"  # phone_2_at_all, phone_2_null, phone_2_area, phone_2_line, _type_draw, _type_null
     "BHH"  # birth_null, age_draw, birth_day
     "BIB BBIB"  # address_null, _number, street_draw, address_alt_at_all, _null, _number, _street
@@ -462,7 +476,7 @@ def _record(
         first_null, middle_at_all, middle_null, middle_draw, last_null,
         email_null, upper_draw, domain_draw, handle_number, email_2_at_all,
         email_2_null, email_2_domain, email_2_number,
-        phone_null, phone_format, phone_a, phone_b, phone_c, phone_type_null, phone_type_draw,
+        _unused_6, phone_format, phone_a, phone_b, phone_c, _unused_7, phone_type_draw,
         phone_2_at_all, phone_2_null, phone_2_area, phone_2_line, phone_2_type_draw,
         phone_2_type_null,
         birth_null, age_draw, birth_day,
@@ -499,14 +513,11 @@ def _record(
     email = f"{handle}@{_DOMAIN[domain_draw]}"
     email_1 = None if email_null < NULL else email.upper() if upper_draw < PERCENT[20] else email
     # North American numbers: a real area code, an exchange from 200 up.
-    phone_1 = (
-        None
-        if phone_null < NULL
-        else _PHONE_FORMAT[phone_format].format(
-            a=_AREA_CODE[phone_a & 0xFF],
-            b=_THREE_DIGITS[200 + phone_b % 800],
-            c=_FOUR_DIGITS[phone_c % 10000],
-        )
+    # The specification types phone_1 and its kind as strings: never null.
+    phone_1 = _PHONE_FORMAT[phone_format].format(
+        a=_AREA_CODE[phone_a & 0xFF],
+        b=_THREE_DIGITS[200 + phone_b % 800],
+        c=_FOUR_DIGITS[phone_c % 10000],
     )
     phone_2 = (
         f"{_AREA_CODE[phone_2_area & 0xFF]}-555-{_FOUR_DIGITS[phone_2_line % 10000]}"
@@ -574,9 +585,7 @@ def _record(
         else None,
         "phone_1": phone_1,
         # A phone's type only with the phone.
-        "phone_1_type": _PHONE_TYPE[phone_type_draw]
-        if phone_1 is not None and phone_type_null >= NULL
-        else None,
+        "phone_1_type": _PHONE_TYPE[phone_type_draw],
         "phone_2": phone_2,
         "phone_2_type": _PHONE_2_TYPE[phone_2_type_draw]
         if phone_2 is not None and phone_2_type_null >= NULL

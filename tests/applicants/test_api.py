@@ -290,11 +290,11 @@ async def test_offset_accepts_the_largest_64_bit_integer(client: Client) -> None
 
 
 async def test_total_and_has_more_follow_the_filters(client: Client, records: list[Record]) -> None:
-    expected = sorted(r["id"] for r in records if r["integration_id"] == "int_yardi_02")
+    expected = sorted(r["id"] for r in records if r["integration_id"] == "int_mri_02")
     assert 10 < len(expected) < 250
     first = await client.get(
         "/v1/applicants",
-        params={"integration_id": "int_yardi_02", "limit": "10", "order-by": "id"},
+        params={"integration_id": "int_mri_02", "limit": "10", "order-by": "id"},
     )
     meta = first.json()["meta"]
     assert meta["total"] == len(expected)
@@ -303,7 +303,7 @@ async def test_total_and_has_more_follow_the_filters(client: Client, records: li
     last = await client.get(
         "/v1/applicants",
         params={
-            "integration_id": "int_yardi_02",
+            "integration_id": "int_mri_02",
             "limit": "10",
             "offset": str(len(expected) - 10),
             "order-by": "id",
@@ -647,7 +647,7 @@ def _most_common(records: list[Record], field: str) -> str:
     ("name", "pick"),
     [
         ("integration_id", lambda records: "int_entrata_01"),
-        ("integration_vendor", lambda records: "YARDI"),
+        ("integration_vendor", lambda records: "MRI"),
         ("property_id", lambda records: _most_common(records, "property_id")),
         ("x_property_id", lambda records: _most_common(records, "x_property_id")),
     ],
@@ -676,11 +676,11 @@ async def test_filters_combine_with_and(client: Client, records: list[Record]) -
     expected = sorted(
         r["id"]
         for r in records
-        if r["integration_vendor"] == "YARDI" and r["updated_at"] >= "2023-01-01"
+        if r["integration_vendor"] == "MRI" and r["updated_at"] >= "2023-01-01"
     )
     response = await client.get(
         "/v1/applicants",
-        params={"integration_vendor": "YARDI", "updated_at_gte": "2023-01-01", "order-by": "id"},
+        params={"integration_vendor": "MRI", "updated_at_gte": "2023-01-01", "order-by": "id"},
     )
     assert response.json()["meta"]["total"] == len(expected)
     assert [r["id"] for r in response.json()["results"]] == expected[:100]
@@ -811,8 +811,8 @@ async def test_x_id_with_integration_and_property_finds_one_record(
 
 
 async def test_x_id_requires_integration_id_and_x_property_id(client: Client) -> None:
-    for others in ({}, {"integration_id": "int_yardi_01"}, {"x_property_id": "YA-P001"},
-                   {"integration_id": "", "x_property_id": "YA-P001"}):  # fmt: skip
+    for others in ({}, {"integration_id": "int_mri_01"}, {"x_property_id": "MR-P001"},
+                   {"integration_id": "", "x_property_id": "MR-P001"}):  # fmt: skip
         response = await client.get("/v1/applicants", params={"x_id": "S7-0000001", **others})
         assert_invalid(response, "x_id", "S7-0000001")
         for name in ("integration_id", "x_property_id"):

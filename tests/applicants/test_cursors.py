@@ -229,9 +229,9 @@ async def test_cursor_walk_equals_offset_walk_and_the_contract_order(
 
 
 FILTERS: tuple[tuple[Params, str | None, int], ...] = (
-    ({"integration_id": "int_yardi_01"}, None, 1),
-    ({"integration_id": "int_yardi_02"}, "middle_name:desc", 9),
-    ({"integration_vendor": "YARDI"}, "last_name,first_name:desc", 8),
+    ({"integration_id": "int_mri_01"}, None, 1),
+    ({"integration_id": "int_mri_02"}, "middle_name:desc", 9),
+    ({"integration_vendor": "MRI"}, "last_name,first_name:desc", 8),
     ({"updated_at_gte": "2023-01-01T00:00:00Z"}, "email_1:desc", 11),
     ({"updated_at_gte": "2022-01-01", "updated_at_lte": "2024-06-30T12:00:00+02:00"}, "", 6),
     ({"integration_id": "int_entrata_01", "last_seen_gte": "2020-01-01"}, "city:desc,zip", 4),
@@ -331,12 +331,12 @@ async def test_a_scoped_token_walks_only_its_integrations(
 ) -> None:
     connection = open_for_write(seeded_db)
     try:
-        scoped = create_token(connection, "scoped", ["int_yardi_01", "int_resman_01"])
+        scoped = create_token(connection, "scoped", ["int_mri_01", "int_resman_01"])
     finally:
         connection.close()
     async with AsyncTestClient(app=create_app(Settings(db_path=seeded_db))) as client:
         client.headers["Authorization"] = f"Bearer {scoped}"
-        visible = [r for r in records if r["integration_id"] in ("int_yardi_01", "int_resman_01")]
+        visible = [r for r in records if r["integration_id"] in ("int_mri_01", "int_resman_01")]
         pages = await cursor_walk(client, {"order-by": "middle_name:desc"}, 11)
         assert [i for page in pages for i in page] == expected_ids(visible, "middle_name:desc")
 
@@ -349,17 +349,17 @@ async def test_a_cursor_works_only_for_the_token_scope_that_received_it(
     same scope may go on with it."""
     connection = open_for_write(seeded_db)
     try:
-        yardi = create_token(connection, "yardi", ["int_yardi_01"])
-        yardi_too = create_token(connection, "yardi-too", ["int_yardi_01"])
+        mri = create_token(connection, "mri", ["int_mri_01"])
+        mri_too = create_token(connection, "mri-too", ["int_mri_01"])
         entrata = create_token(connection, "entrata", ["int_entrata_01"])
     finally:
         connection.close()
     async with AsyncTestClient(app=create_app(Settings(db_path=seeded_db))) as client:
-        client.headers["Authorization"] = f"Bearer {yardi}"
+        client.headers["Authorization"] = f"Bearer {mri}"
         first = await get_ok(client, {"limit": 3})
         cursor = first["meta"]["next"]
         second = await get_ok(client, {"cursor": cursor})
-        client.headers["Authorization"] = f"Bearer {yardi_too}"
+        client.headers["Authorization"] = f"Bearer {mri_too}"
         assert await get_ok(client, {"cursor": cursor}) == second
         for other in (entrata, token):
             client.headers["Authorization"] = f"Bearer {other}"
@@ -374,7 +374,7 @@ async def test_parameters_repeated_with_the_cursor_must_match(
 ) -> None:
     params: Params = {
         "order-by": "last_name:desc,first_name",
-        "integration_vendor": "YARDI",
+        "integration_vendor": "MRI",
         "updated_at_gte": "2021-01-01T00:00:00Z",
         "limit": 5,
     }
@@ -386,7 +386,7 @@ async def test_parameters_repeated_with_the_cursor_must_match(
         {"limit": 5},
         {"limit": "005"},
         {"order-by": "last_name:DESC,first_name:asc"},
-        {"integration_vendor": "YARDI"},
+        {"integration_vendor": "MRI"},
         {"updated_at_gte": "2021-01-01"},
         {"updated_at_gte": "2020-12-31T19:00:00-05:00"},
         params,
@@ -402,7 +402,7 @@ async def test_parameters_repeated_with_the_cursor_must_match(
         ("order-by", "last_name:desc"),
         ("order-by", ""),
         ("integration_vendor", "ENTRATA"),
-        ("integration_id", "int_yardi_01"),  # not in the cursor's query at all
+        ("integration_id", "int_mri_01"),  # not in the cursor's query at all
         ("updated_at_gte", "2021-01-01T00:00:00.001Z"),
         ("updated_at_lte", "2030-01-01"),
         ("email_1", "nobody@example.com"),
