@@ -16,10 +16,11 @@ from litestar.status_codes import HTTP_500_INTERNAL_SERVER_ERROR
 from litestar.types import ExceptionHandlersMap
 
 from leasestar.auth import redact_token_secrets
+from leasestar.client.errors import ErrorBody, ErrorCode, ErrorDetail, ErrorDetails
 
 logger = logging.getLogger("leasestar.errors")
 
-ERROR_CODES: dict[int, str] = {
+ERROR_CODES: dict[int, ErrorCode] = {
     400: "invalid_request",
     401: "unauthorized",
     404: "not_found",
@@ -40,18 +41,6 @@ ERROR_MESSAGES: dict[int, str] = {
 }
 
 
-class ErrorDetail(msgspec.Struct, gc=False):
-    code: str
-    message: str
-    details: dict[str, str]  # always present, {} when there is nothing more to say
-
-
-class ErrorBody(msgspec.Struct, gc=False):
-    """Every non-2xx body: `{"error": {"code", "message", "details"}}`."""
-
-    error: ErrorDetail
-
-
 class InvalidParameter(Exception):
     """A query parameter broke its rule; rendered as 400 `invalid_request`."""
 
@@ -66,7 +55,7 @@ _encoder = msgspec.json.Encoder()
 
 
 def error_body(
-    status: int, message: str | None = None, details: dict[str, str] | None = None
+    status: int, message: str | None = None, details: ErrorDetails | None = None
 ) -> bytes:
     """The one place an error body is written."""
     return _encoder.encode(
@@ -76,7 +65,7 @@ def error_body(
                     status, "invalid_request" if status < 500 else "internal_error"
                 ),
                 message=message or ERROR_MESSAGES.get(status, "request failed"),
-                details=details or {},
+                details=details or ErrorDetails(),
             )
         )
     )
@@ -85,7 +74,7 @@ def error_body(
 def error_response(
     status: int,
     message: str | None = None,
-    details: dict[str, str] | None = None,
+    details: ErrorDetails | None = None,
     headers: dict[str, str] | None = None,
 ) -> Response[bytes]:
     """An error body as a Litestar response."""
@@ -99,7 +88,7 @@ def error_response(
 
 def _invalid_parameter(_: Request[Any, Any, Any], exc: InvalidParameter) -> Response[bytes]:
     return error_response(
-        400, exc.message, details={"parameter": exc.parameter, "value": exc.value}
+        400, exc.message, details=ErrorDetails(parameter=exc.parameter, value=exc.value)
     )
 
 

@@ -27,7 +27,8 @@ from litestar.openapi.spec import (
     Schema,
 )
 
-from leasestar.errors import ErrorBody, error_body
+from leasestar.client.errors import ErrorBody, ErrorDetails
+from leasestar.errors import error_body
 from leasestar.hygiene import MAX_HEADER_BYTES, MAX_QUERY_PARAMETERS, MAX_TARGET_BYTES
 
 _ERROR_DESCRIPTIONS: Final[dict[int, str]] = {
@@ -52,7 +53,7 @@ _ERROR_EXAMPLES: Final[dict[int, bytes]] = {
     400: error_body(
         400,
         "limit must be an integer between 1 and 250",
-        {"parameter": "limit", "value": "0"},
+        ErrorDetails(parameter="limit", value="0"),
     ),
     503: error_body(503, "the database is unavailable"),
 }

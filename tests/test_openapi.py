@@ -23,7 +23,8 @@ from openapi_spec_validator import validate
 from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT202012
 
-from leasestar.applicants import records, responses
+from leasestar.applicants import records
+from leasestar.client import records as responses
 from leasestar.applicants.storage import ApplicantReader
 from leasestar.config import RateLimit, Settings
 from leasestar.main import create_app

@@ -37,12 +37,11 @@ from leasestar.applicants.query import (
     parse_record_query,
     parse_wait,
 )
-from leasestar.applicants.records import PageMeta
-from leasestar.applicants.responses import ApplicantList, ApplicantSingle
 from leasestar.applicants.storage import ApplicantPage, ApplicantReader
 from leasestar.applicants.stream import RecordStream, refuse_paging, wants_ndjson
 from leasestar.asgi import OwnTypeStream, PreEncodedJSON, header_value
 from leasestar.auth import TokenHolder, scope_label
+from leasestar.client.records import ApplicantList, ApplicantSingle, PageMeta
 from leasestar.errors import InvalidParameter
 from leasestar.openapi import NDJSON, NOT_MODIFIED, error_responses, operation_class
 

@@ -9,10 +9,12 @@ encoded (no `omit_defaults`): unknown values are `null`, empty arrays `[]`.
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, Final, Literal
+from typing import Annotated, Any, Final
 
 import msgspec
 
+# SortKey is defined with the served Structs; re-exported for the query modules.
+from leasestar.client.records import SortKey as SortKey
 from leasestar.instants import canonical_instant, is_calendar_date
 
 NonEmpty = Annotated[str, msgspec.Meta(min_length=1)]
@@ -198,67 +200,6 @@ class Applicant(Record, kw_only=True):
             if application.applicant_id != self.x_id:
                 raise ValueError(f"applications[{index}].applicant_id: must equal x_id")
         _check_custom_data(self.custom_data)
-
-
-class SortKey(msgspec.Struct, frozen=True, gc=False):
-    """One key of an ordering, as echoed in `meta.orderBy`."""
-
-    field: str
-    direction: Literal["asc", "desc"]
-
-
-class PageMeta(msgspec.Struct, gc=False):
-    """The `meta` object: what was applied, and what is left."""
-
-    offset: int
-    limit: int
-    order_by: Annotated[
-        list[SortKey],
-        msgspec.Meta(
-            description="The ordering applied, one object per key; `[]` for no sorting. "
-            "On the sync feed (`changed_since`) it is `change_seq` ascending."
-        ),
-    ] = msgspec.field(name="orderBy")
-    has_more: bool = msgspec.field(name="hasMore")
-    total: int
-    # Lists only, present when hasMore is true: the cursor of the next page.
-    next: (
-        Annotated[
-            str,
-            msgspec.Meta(
-                description="Lists only, present while `hasMore` is true: the opaque cursor "
-                "of the next page, for `?cursor=`. It keeps the ordering, filters and limit, "
-                "and never skips or repeats a record that exists throughout the walk."
-            ),
-        ]
-        | msgspec.UnsetType
-    ) = msgspec.UNSET
-    # Sync feed only (changed_since): the change sequence to resume from next time.
-    change_seq: (
-        Annotated[
-            int,
-            msgspec.Meta(
-                description="Sync feed only (`changed_since`): the change sequence of the "
-                "page's last record (or `changed_since` itself when nothing is new). Store "
-                "the last page's value and pass it as `changed_since` next time."
-            ),
-        ]
-        | msgspec.UnsetType
-    ) = msgspec.field(default=msgspec.UNSET, name="changeSeq")
-
-
-class ApplicantList(msgspec.Struct, gc=False):
-    """The list envelope. Documented in OpenAPI; served from pre-encoded bytes."""
-
-    meta: PageMeta
-    results: list[Applicant]
-
-
-class ApplicantSingle(msgspec.Struct, gc=False):
-    """The single-record envelope."""
-
-    meta: PageMeta
-    results: Applicant
 
 
 APPLICANT_FIELDS: tuple[str, ...] = Applicant.__struct_fields__

@@ -1,0 +1,110 @@
+"""The asyncio client: `AsyncClient(base_url, token)`, over an `httpx.AsyncClient`."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from itertools import count
+from types import TracebackType
+from typing import Unpack
+
+import httpx
+
+from leasestar.client._exchange import (
+    APPLICANTS,
+    Exchange,
+    ListFilters,
+    Options,
+    SyncFilters,
+    Wait,
+    list_decoder,
+    next_query,
+    query_of,
+    record_path,
+    single_decoder,
+    sync_query,
+)
+from leasestar.client.records import Applicant, ApplicantList
+
+
+class AsyncClient:
+    """`leasestar.client.Client` for asyncio: the same options, awaited."""
+
+    def __init__(self, base_url: str, token: str, **options: Unpack[Options]) -> None:
+        self._exchange = Exchange(token, options)
+        self._http = httpx.AsyncClient(
+            base_url=base_url, timeout=self._exchange.timeout, headers=self._exchange.headers
+        )
+        self.applicants = AsyncApplicants(self)
+
+    async def get(self, path: str, query: dict[str, str]) -> bytes:
+        """The body of a GET: after any 429 waits, from the cache on a 304."""
+        for attempt in count():
+            request = self._exchange.build(self._http, path, query)
+            outcome = self._exchange.read(request, await self._http.send(request), attempt)
+            if not isinstance(outcome, Wait):
+                return outcome
+            await asyncio.sleep(outcome.seconds)
+        raise AssertionError("unreachable")  # pragma: no cover - count() never ends
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        trace: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+
+class AsyncChangeFeed:
+    """`leasestar.client.ChangeFeed` for asyncio: `async for` it, then keep `change_seq`."""
+
+    def __init__(self, client: AsyncClient, since: int, filters: SyncFilters) -> None:
+        self.change_seq = since
+        self._pages = _walk(client, sync_query(since, filters))
+
+    async def __aiter__(self) -> AsyncIterator[Applicant]:
+        async for page in self._pages:
+            for applicant in page.results:
+                yield applicant
+            if isinstance(page.meta.change_seq, int):
+                self.change_seq = page.meta.change_seq
+
+
+async def _walk(client: AsyncClient, query: dict[str, str] | None) -> AsyncIterator[ApplicantList]:
+    while query is not None:
+        page = list_decoder.decode(await client.get(APPLICANTS, query))
+        yield page
+        query = next_query(page)
+
+
+class AsyncApplicants:
+    """`/v1/applicants` for asyncio: `await get(...)`, `async for` over the others."""
+
+    def __init__(self, client: AsyncClient) -> None:
+        self._client = client
+
+    async def get(self, applicant_id: str) -> Applicant:
+        """One applicant by id; `NotFound` if this token cannot see it."""
+        body = await self._client.get(record_path(applicant_id), {})
+        return single_decoder.decode(body).results
+
+    def pages(self, **filters: Unpack[ListFilters]) -> AsyncIterator[ApplicantList]:
+        """Every page of the list, by cursor: no skips or repeats while data is written."""
+        return _walk(self._client, query_of(filters))
+
+    def changes(self, since: int = 0, **filters: Unpack[SyncFilters]) -> AsyncChangeFeed:
+        """The records written after change sequence `since` (0: all of them)."""
+        return AsyncChangeFeed(self._client, since, filters)
+
+    async def list(self, **filters: Unpack[ListFilters]) -> AsyncIterator[Applicant]:
+        """Every applicant matching the filters, walking the pages by cursor."""
+        async for page in self.pages(**filters):
+            for applicant in page.results:
+                yield applicant

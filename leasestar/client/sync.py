@@ -1,0 +1,114 @@
+"""The blocking client: `Client(base_url, token)`, over an `httpx.Client`."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from itertools import count
+from types import TracebackType
+from typing import Unpack
+
+import httpx
+
+from leasestar.client._exchange import (
+    APPLICANTS,
+    Exchange,
+    ListFilters,
+    Options,
+    SyncFilters,
+    Wait,
+    list_decoder,
+    next_query,
+    query_of,
+    record_path,
+    single_decoder,
+    sync_query,
+)
+from leasestar.client.records import Applicant, ApplicantList
+
+
+class Client:
+    """A leasestar API client for one base URL and one bearer token (options: see
+    `Options`). Use it as a context manager, or call `close()`."""
+
+    def __init__(self, base_url: str, token: str, **options: Unpack[Options]) -> None:
+        self._exchange = Exchange(token, options)
+        self._http = httpx.Client(
+            base_url=base_url, timeout=self._exchange.timeout, headers=self._exchange.headers
+        )
+        self.applicants = Applicants(self)
+
+    def get(self, path: str, query: dict[str, str]) -> bytes:
+        """The body of a GET: after any 429 waits, from the cache on a 304."""
+        for attempt in count():
+            request = self._exchange.build(self._http, path, query)
+            outcome = self._exchange.read(request, self._http.send(request), attempt)
+            if not isinstance(outcome, Wait):
+                return outcome
+            time.sleep(outcome.seconds)
+        raise AssertionError("unreachable")  # pragma: no cover - count() never ends
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        trace: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+class ChangeFeed:
+    """The records written after a change sequence, oldest write first.
+
+    Iterate it for the records; `change_seq` is then the sequence to keep and pass as
+    `since` next time. It moves when every record of a page has been taken, so a
+    consumer stopped part way keeps an earlier sequence and is given the rest again
+    (at least once: apply records as upserts by `id`).
+    """
+
+    def __init__(self, client: Client, since: int, filters: SyncFilters) -> None:
+        self.change_seq = since
+        self._pages = _walk(client, sync_query(since, filters))
+
+    def __iter__(self) -> Iterator[Applicant]:
+        for page in self._pages:
+            yield from page.results
+            if isinstance(page.meta.change_seq, int):
+                self.change_seq = page.meta.change_seq
+
+
+def _walk(client: Client, query: dict[str, str] | None) -> Iterator[ApplicantList]:
+    while query is not None:
+        page = list_decoder.decode(client.get(APPLICANTS, query))
+        yield page
+        query = next_query(page)
+
+
+class Applicants:
+    """`/v1/applicants`: `get`, `pages`, `list` (every match, by cursor) and `changes`."""
+
+    def __init__(self, client: Client) -> None:
+        self._client = client
+
+    def get(self, applicant_id: str) -> Applicant:
+        """One applicant by id; `NotFound` if this token cannot see it."""
+        return single_decoder.decode(self._client.get(record_path(applicant_id), {})).results
+
+    def pages(self, **filters: Unpack[ListFilters]) -> Iterator[ApplicantList]:
+        """Every page of the list, by cursor: no skips or repeats while data is written."""
+        return _walk(self._client, query_of(filters))
+
+    def changes(self, since: int = 0, **filters: Unpack[SyncFilters]) -> ChangeFeed:
+        """The records written after change sequence `since` (0: all of them)."""
+        return ChangeFeed(self._client, since, filters)
+
+    def list(self, **filters: Unpack[ListFilters]) -> Iterator[Applicant]:
+        """Every applicant matching the filters, walking the pages by cursor."""
+        for page in self.pages(**filters):
+            yield from page.results
