@@ -24,8 +24,8 @@ from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT202012
 
 from leasestar.applicants import records
-from leasestar.client import records as responses
 from leasestar.applicants.storage import ApplicantReader
+from leasestar.client import records as responses
 from leasestar.config import RateLimit, Settings
 from leasestar.main import create_app
 
