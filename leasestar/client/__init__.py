@@ -3,7 +3,7 @@
     from leasestar.client import Client
 
     with Client("http://127.0.0.1:8000", token) as client:
-        for applicant in client.applicants.list(property_id="prop_mri_01_001"):
+        for applicant in client.applicants.list(property_id="prop_mri_02_018"):
             print(applicant.id, applicant.last_name)
 
 It needs only httpx and msgspec (`pip install ./client`, README "Clients"): nothing here

@@ -300,3 +300,27 @@ def test_the_record_structs_decode_what_is_served(served: tuple[Server, Path, st
     # Every field, as stored; instants as the datetimes their text names.
     assert msgspec.json.decode(body, type=Applicant) == applicant
     assert list(msgspec.structs.asdict(applicant)) == list(json.loads(body))
+
+
+def test_the_readme_example_runs(
+    served: tuple[Server, Path, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The README's example, pasted: only the URL, token and id filled in."""
+    server, db, token = served
+    readme = (ROOT / "README.md").read_text()
+    section = readme[readme.index("### The Python client") :]
+    example = section[section.index("```python\n") + 10 :]
+    example = example[: example.index("```")]
+    example = (
+        example.replace("http://127.0.0.1:8000", server.base_url)
+        .replace("lst_...", token)
+        .replace("app_...", ids_where(db)[0])
+    )
+    exec(compile(example, "README.md", "exec"), {})  # noqa: S102 - our own README
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[-1] == "invalid_request limit 0"
+    assert printed[-2] == f"store {max_change_seq(db)}"
+    assert sum(line.startswith("upsert ") for line in printed) == len(ids_where(db))
+    on_property = ids_where(db, "property_id = ?", "prop_mri_02_018")
+    assert on_property
+    assert sorted(line.split()[0] for line in printed[: len(on_property)]) == on_property
