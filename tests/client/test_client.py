@@ -316,7 +316,7 @@ def test_the_readme_example_runs(
         .replace("lst_...", token)
         .replace("app_...", ids_where(db)[0])
     )
-    exec(compile(example, "README.md", "exec"), {})  # noqa: S102 - our own README
+    exec(compile(example, "README.md", "exec"), {})  # our own README, with our values
     printed = capsys.readouterr().out.splitlines()
     assert printed[-1] == "invalid_request limit 0"
     assert printed[-2] == f"store {max_change_seq(db)}"
