@@ -22,7 +22,7 @@ from tests.servers import clean_env
 
 pytestmark = pytest.mark.e2e
 
-OTHER = "int_yardi_01"  # an integration outside the scoped token's
+OTHER = "int_mri_01"  # an integration outside the scoped token's
 
 
 def _high_water(path: Path) -> int:

@@ -73,7 +73,7 @@ QUERIES = [
     {"updated_at_gte": "2024-01-01", "order-by": "updated_at:asc"},
     {"integration_vendor": "RESMAN", "order-by": "x_id:desc"},
     {"changed_since": "0"},
-    {"changed_since": "0", "integration_id": "int_yardi_01"},
+    {"changed_since": "0", "integration_id": "int_mri_01"},
 ]
 
 
