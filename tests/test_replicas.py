@@ -244,7 +244,7 @@ REQUESTS = (
     "/v1/applicants?order-by=&limit=3",
     "/v1/applicants?offset=120&limit=20&order-by=updated_at:desc",
     "/v1/applicants?changed_since=0&limit=50",
-    "/v1/applicants?integration_vendor=YARDI&limit=7",
+    "/v1/applicants?integration_vendor=MRI&limit=7",
     "/v1/applicants/does-not-exist",
     "/v1/applicants?limit=0",
 )
