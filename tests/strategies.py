@@ -38,40 +38,17 @@ from leasestar.auth import create_token
 from leasestar.config import Settings
 from leasestar.database import open_for_write
 from leasestar.main import create_app
-
-# --- the contract's vocabulary, written out here rather than imported -----------------
-
-SORTABLE: tuple[str, ...] = (
-    "id",
-    "created_at",
-    "updated_at",
-    "last_seen",
-    "x_id",
-    "x_property_id",
-    "property_id",
-    "integration_id",
-    "integration_vendor",
-    "first_name",
-    "middle_name",
-    "last_name",
-    "email_1",
-    "date_of_birth",
-    "city",
-    "state",
-    "zip",
+from tests.contract import (
+    DATE_BOUNDS,
+    DEFAULT_LIMIT,
+    EQUALITY_FILTERS,
+    INSTANT_FIELDS,
+    MAX_LIMIT,
+    MAX_OFFSET,
+    META_KEYS,
+    SORTABLE,
 )
-INSTANT_FIELDS = ("created_at", "updated_at", "last_seen")
-DATE_BOUNDS: Mapping[str, tuple[str, str]] = {
-    "updated_at_gte": ("updated_at", ">="),
-    "updated_at_lte": ("updated_at", "<="),
-    "last_seen_gte": ("last_seen", ">="),
-    "last_seen_lte": ("last_seen", "<="),
-}
-EQUALITY_FILTERS = ("integration_id", "integration_vendor", "property_id", "x_property_id")
-META_KEYS = ("offset", "limit", "orderBy", "hasMore", "total")
-DEFAULT_LIMIT = 100
-MAX_LIMIT = 250
-MAX_OFFSET = 2**63 - 1
+
 # An import line with only the required fields (README, "Data in and out").
 MINIMAL = {
     "x_id": "X1",

@@ -14,19 +14,9 @@ from typing import Any
 import pytest
 from litestar.testing import AsyncTestClient
 
-Client = AsyncTestClient  # type: ignore[type-arg]
+from tests.contract import ERROR_CODES
 
-CODES = {
-    400: "invalid_request",
-    401: "unauthorized",
-    404: "not_found",
-    405: "method_not_allowed",
-    413: "request_too_large",
-    414: "uri_too_long",
-    429: "rate_limited",
-    431: "request_header_fields_too_large",
-    500: "internal_error",
-}
+Client = AsyncTestClient  # type: ignore[type-arg]
 
 
 @pytest.fixture
@@ -52,7 +42,7 @@ def assert_error(status: int, headers: Any, body: bytes, expected_status: int) -
     assert list(document) == ["error"]
     error: dict[str, Any] = document["error"]
     assert set(error) == {"code", "message", "details"}
-    assert error["code"] == CODES[expected_status]
+    assert error["code"] == ERROR_CODES[expected_status]
     assert isinstance(error["message"], str)
     assert error["message"]
     assert isinstance(error["details"], dict)

@@ -39,6 +39,7 @@ from leasestar.auth import create_token
 from leasestar.config import Settings
 from leasestar.database import open_for_write
 from leasestar.main import create_app
+from tests.contract import ERROR_CODES, LIST_ONLY_PARAMETERS, SHARED_PARAMETERS
 
 # Examples per (operation, positive/negative): bounded so the whole module stays well
 # under a minute; raise it locally for a deeper run.
@@ -85,21 +86,6 @@ def known_ids(fuzz_db: Path) -> list[str]:
         return [row[0] for row in connection.execute("SELECT id FROM applicants ORDER BY id")]
     finally:
         connection.close()
-
-
-# The code each status carries (CONTRACT.md, Errors), written out here, not imported.
-ERROR_CODES = {
-    400: "invalid_request",
-    401: "unauthorized",
-    404: "not_found",
-    405: "method_not_allowed",
-    413: "request_too_large",
-    414: "uri_too_long",
-    429: "rate_limited",
-    431: "request_header_fields_too_large",
-    500: "internal_error",
-    503: "service_unavailable",
-}
 
 
 def assert_error_body(status: int, body: bytes) -> dict[str, Any]:
@@ -265,23 +251,9 @@ async def test_if_none_match_star_matches_only_a_record_that_exists(
 
 # --- Hypothesis over raw targets ------------------------------------------------------
 
-PARAMETER_NAMES = (
-    "offset",
-    "limit",
-    "order-by",
-    "updated_at_gte",
-    "updated_at_lte",
-    "last_seen_gte",
-    "last_seen_lte",
-    "integration_id",
-    "integration_vendor",
-    "property_id",
-    "x_property_id",
-    "email_1",
-    "phone_1",
-    "x_id",
-    "cursor",
-    "changed_since",
+# Every parameter but `wait`, which would hold a valid sync request for up to a minute.
+PARAMETER_NAMES = tuple(
+    name for name in (*SHARED_PARAMETERS, *LIST_ONLY_PARAMETERS) if name != "wait"
 )
 
 

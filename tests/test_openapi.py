@@ -28,6 +28,13 @@ from leasestar.applicants.storage import ApplicantReader
 from leasestar.client import records as responses
 from leasestar.config import RateLimit, Settings
 from leasestar.main import create_app
+from tests.contract import (
+    ERROR_CODES,
+    LIST_ONLY_PARAMETERS,
+    NEVER_NULL,
+    SHARED_PARAMETERS,
+    SORTABLE,
+)
 
 Client = AsyncTestClient  # type: ignore[type-arg]
 Document = dict[str, Any]
@@ -37,78 +44,6 @@ LIST = "/v1/applicants"
 RECORD = "/v1/applicants/{id}"
 HEALTH = "/health"
 METRICS = "/metrics"
-
-SORTABLE = (
-    "id",
-    "created_at",
-    "updated_at",
-    "last_seen",
-    "x_id",
-    "x_property_id",
-    "property_id",
-    "integration_id",
-    "integration_vendor",
-    "first_name",
-    "middle_name",
-    "last_name",
-    "email_1",
-    "date_of_birth",
-    "city",
-    "state",
-    "zip",
-)
-SHARED_PARAMETERS = {
-    "offset",
-    "limit",
-    "order-by",
-    "updated_at_gte",
-    "updated_at_lte",
-    "last_seen_gte",
-    "last_seen_lte",
-}
-LIST_ONLY_PARAMETERS = {
-    "integration_id",
-    "integration_vendor",
-    "property_id",
-    "x_property_id",
-    "email_1",
-    "phone_1",
-    "x_id",
-    "cursor",
-    "changed_since",
-    "wait",
-}
-# CONTRACT.md, "Errors".
-ERROR_CODES = {
-    400: "invalid_request",
-    401: "unauthorized",
-    404: "not_found",
-    405: "method_not_allowed",
-    414: "uri_too_long",
-    429: "rate_limited",
-    431: "request_header_fields_too_large",
-    500: "internal_error",
-    503: "service_unavailable",
-}
-# Fields of a served applicant that are never null (CONTRACT.md, "Applicant JSON").
-NEVER_NULL = {
-    "id",
-    "created_at",
-    "updated_at",
-    "last_seen",
-    "x_id",
-    "x_property_id",
-    "property_id",
-    "integration_id",
-    "integration_vendor",
-    "x_unit_id_preferred",
-    "unit_id_preferred",
-    "custom_data",
-    "applications",
-    "pets",
-    "screenings",
-    "self_reported_income",
-}
 
 
 @pytest.fixture
@@ -195,8 +130,8 @@ def _query_parameters(document: Document, path: str) -> dict[str, dict[str, Any]
 async def test_query_parameters_are_documented_with_their_rules(document: Document) -> None:
     listed = _query_parameters(document, LIST)
     single = _query_parameters(document, RECORD)
-    assert set(listed) == SHARED_PARAMETERS | LIST_ONLY_PARAMETERS
-    assert set(single) == SHARED_PARAMETERS
+    assert set(listed) == {*SHARED_PARAMETERS, *LIST_ONLY_PARAMETERS}
+    assert set(single) == set(SHARED_PARAMETERS)
     for name, parameter in (listed | single).items():
         assert parameter["required"] is False, name
         assert parameter["description"], name

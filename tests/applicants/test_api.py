@@ -23,38 +23,11 @@ from leasestar.applicants.pipeline import write_records
 from leasestar.applicants.records import Applicant
 from leasestar.config import Settings
 from leasestar.main import create_app
+from tests.contract import LIST_ONLY_FILTERS, META_KEYS, SORTABLE
 
 Client = AsyncTestClient  # type: ignore[type-arg]
 Record = dict[str, Any]
 
-SORTABLE = (
-    "id",
-    "created_at",
-    "updated_at",
-    "last_seen",
-    "x_id",
-    "x_property_id",
-    "property_id",
-    "integration_id",
-    "integration_vendor",
-    "first_name",
-    "middle_name",
-    "last_name",
-    "email_1",
-    "date_of_birth",
-    "city",
-    "state",
-    "zip",
-)
-LIST_ONLY = (
-    "integration_id",
-    "integration_vendor",
-    "property_id",
-    "x_property_id",
-    "email_1",
-    "phone_1",
-    "x_id",
-)
 SEEDED = 300
 
 
@@ -124,9 +97,6 @@ def applicant(number: int, **fields: Any) -> Applicant:
     }
     values.update(fields)
     return Applicant(**values)
-
-
-META_KEYS = ("offset", "limit", "orderBy", "hasMore", "total")
 
 
 def contract_meta(body: Record) -> Record:
@@ -924,7 +894,7 @@ async def test_single_record_inside_and_outside_date_bounds(
 async def test_list_only_filters_are_unknown_on_the_single_route(
     client: Client, records: list[Record]
 ) -> None:
-    for name in LIST_ONLY:
+    for name in LIST_ONLY_FILTERS:
         response = await client.get(f"/v1/applicants/{records[0]['id']}", params={name: "x"})
         assert_invalid(response, name, "x")
 

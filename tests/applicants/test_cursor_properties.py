@@ -29,6 +29,7 @@ from hypothesis import strategies as st
 
 from leasestar.applicants.pipeline import write_records
 from leasestar.database import open_for_write
+from tests.contract import IDENTITY, SORTABLE
 from tests.strategies import (
     DATE_BOUNDS,
     ListQuery,
@@ -45,23 +46,10 @@ from tests.strategies import (
 )
 
 # Sortable fields a write can change. id and the upsert key (integration_id,
-# x_property_id, x_id) identify the record: writing them makes another record.
-MUTABLE_SORTABLE = (
-    "created_at",
-    "updated_at",
-    "last_seen",
-    "property_id",
-    "integration_vendor",
-    "first_name",
-    "middle_name",
-    "last_name",
-    "email_1",
-    "date_of_birth",
-    "city",
-    "state",
-    "zip",
-)
 # Fields no ordering or filter reads.
+# Sortable fields a write can change. id and the upsert key (integration_id,
+# x_property_id, x_id) identify the record: writing them makes another record.
+MUTABLE_SORTABLE = tuple(field for field in SORTABLE if field not in IDENTITY)
 PLAIN_FIELDS = ("notes", "address_1", "x_lead_id", "city_alternate", "type_raw")
 MAX_WRITES = 10
 MAX_PAGES = 200

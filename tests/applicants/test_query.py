@@ -34,36 +34,8 @@ from leasestar.applicants.query import (
 from leasestar.applicants.records import Applicant, SortKey
 from leasestar.database import open_for_write
 from leasestar.errors import InvalidParameter
+from tests.contract import DATE_BOUNDS, LIST_ONLY_FILTERS, SORTABLE
 
-CONTRACT_SORTABLE = (
-    "id",
-    "created_at",
-    "updated_at",
-    "last_seen",
-    "x_id",
-    "x_property_id",
-    "property_id",
-    "integration_id",
-    "integration_vendor",
-    "first_name",
-    "middle_name",
-    "last_name",
-    "email_1",
-    "date_of_birth",
-    "city",
-    "state",
-    "zip",
-)
-LIST_ONLY = (
-    "integration_id",
-    "integration_vendor",
-    "property_id",
-    "x_property_id",
-    "email_1",
-    "phone_1",
-    "x_id",
-)
-DATE_BOUNDS = ("updated_at_gte", "updated_at_lte", "last_seen_gte", "last_seen_lte")
 HOSTILE = "x' OR 1=1 --"
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -92,7 +64,7 @@ def test_no_parameters_give_the_contract_defaults(parse: object) -> None:
 
 def test_empty_values_are_absent_except_order_by() -> None:
     query = parse_list_query(
-        [(name, "") for name in ("offset", "limit", *DATE_BOUNDS, *LIST_ONLY, "order-by")]
+        [(name, "") for name in ("offset", "limit", *DATE_BOUNDS, *LIST_ONLY_FILTERS, "order-by")]
     )
     assert query == ApplicantQuery(order_by=())
 
@@ -135,14 +107,14 @@ def test_order_by_is_read_as_keys_with_lower_case_directions(
     assert parse_record_query([("order-by", text)]).order_by == expected
 
 
-@pytest.mark.parametrize("name", CONTRACT_SORTABLE)
+@pytest.mark.parametrize("name", SORTABLE)
 @pytest.mark.parametrize("direction", ["asc", "desc"])
 def test_every_contract_field_is_sortable_both_ways(name: str, direction: str) -> None:
     assert parse_order_by(f"{name}:{direction}") == (SortKey(name, direction),)  # type: ignore[arg-type]
 
 
 def test_the_sortable_whitelist_is_the_contracts_list() -> None:
-    assert tuple(SORTABLE_FIELDS) == CONTRACT_SORTABLE
+    assert tuple(SORTABLE_FIELDS) == SORTABLE
 
 
 @pytest.mark.parametrize(
@@ -357,7 +329,7 @@ def test_unknown_parameters_are_refused_by_name(name: str) -> None:
         assert error.message == f"unknown query parameter '{name}'"
 
 
-@pytest.mark.parametrize("name", LIST_ONLY)
+@pytest.mark.parametrize("name", LIST_ONLY_FILTERS)
 def test_list_only_filters_are_unknown_on_the_record_route(name: str) -> None:
     error = refusal([(name, "5551234567")], record=True)
     assert (error.parameter, error.value) == (name, "5551234567")
@@ -381,7 +353,7 @@ def test_repeated_parameters_are_refused(pairs: list[tuple[str, str]]) -> None:
     assert error.message == f"query parameter '{name}' is given more than once"
 
 
-KNOWN_NAMES = ("offset", "limit", "order-by", *DATE_BOUNDS, *LIST_ONLY)
+KNOWN_NAMES = ("offset", "limit", "order-by", *DATE_BOUNDS, *LIST_ONLY_FILTERS)
 
 
 @settings(max_examples=300, deadline=None)
@@ -542,8 +514,7 @@ _ORDER_SQL = re.compile(
 @settings(max_examples=300, deadline=None)
 @given(
     st.lists(
-        st.sampled_from(CONTRACT_SORTABLE)
-        | st.text(st.sampled_from("abcdeiz_:,;' -()ACDESI"), max_size=12),
+        st.sampled_from(SORTABLE) | st.text(st.sampled_from("abcdeiz_:,;' -()ACDESI"), max_size=12),
         max_size=5,
     ).map(",".join)
 )
@@ -555,7 +526,7 @@ def test_any_accepted_order_by_builds_sql_of_whitelisted_identifiers(text: str) 
     match = _ORDER_SQL.fullmatch(build_order_by(keys))
     assert match is not None
     built = [part.split(" ") for part in match["keys"].split(", ")]
-    assert all(name in CONTRACT_SORTABLE for name, _ in built)
+    assert all(name in SORTABLE for name, _ in built)
     assert built[: len(keys)] == [[key.field, key.direction.upper()] for key in keys]
 
 
