@@ -1,7 +1,9 @@
-"""A real server per test module for the streaming and long-poll tests."""
+"""Fixtures shared by the applicant tests: a real server per test module (streaming and
+long polls), and a small database of look-alike emails and phones (filters, keysets)."""
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -10,6 +12,7 @@ import msgspec
 import pytest
 
 from leasestar.applicants.pipeline import write_records
+from leasestar.applicants.records import Applicant
 from leasestar.auth import create_token
 from leasestar.database import open_for_write
 from leasestar.seed.generator import synthetic_applicants
@@ -54,3 +57,37 @@ def client_of(server: Server, token: str | None = None) -> httpx.Client:
         headers={"Authorization": f"Bearer {token or server.token}"},
         timeout=60,
     )
+
+
+@pytest.fixture
+def emails_db(tmp_path: Path) -> Iterator[sqlite3.Connection]:
+    """Three applicants whose emails differ only in case, ASCII or not."""
+    connection = open_for_write(tmp_path / "query.db")
+    stamp = "2024-01-01T00:00:00.000Z"
+    write_records(
+        connection,
+        [
+            Applicant(
+                id=f"app_{n}",
+                created_at=stamp,
+                updated_at=stamp,
+                last_seen=stamp,
+                x_id=str(n),
+                x_property_id="P",
+                property_id="p",
+                integration_id="int_a",
+                integration_vendor="YARDI",
+                email_1=email,
+                phone_1=phone,
+            )
+            for n, (email, phone) in enumerate(
+                [
+                    ("ann@example.com", "(555) 123-4567"),
+                    ("Ánn@example.com", "+1 555 123 4567"),
+                    ("ánn@example.com", "44 555 123 4567"),
+                ]
+            )
+        ],
+    )
+    yield connection
+    connection.close()

@@ -1,4 +1,4 @@
-"""The upsert and NDJSON in and out (writer.py, ndjson.py, pipeline.py), rule by rule.
+"""The upsert (writer.py), rule by rule.
 
 Expected values are built here by hand or with the Structs' own encoder, never read
 back from the code under test: a stored row is compared with what CONTRACT.md says it
@@ -7,13 +7,9 @@ must be.
 
 from __future__ import annotations
 
-import hashlib
-import io
-import json
 import re
 import sqlite3
 import time
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -23,94 +19,31 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from leasestar.applicants.ndjson import export_ndjson, parse_line
 from leasestar.applicants.pipeline import (
     ImportRefused,
-    ImportReport,
-    WorkerFailed,
-    import_ndjson,
-    write_generated,
     write_records,
 )
-from leasestar.applicants.prepared import content_hash, phone_digits
 from leasestar.applicants.records import Applicant, applicant_encoder
 from leasestar.applicants.writer import ApplicantWriter
 from leasestar.database import open_for_write
 from leasestar.seed.generator import synthetic_applicants
-from tests.strategies import ids
-
-T0 = 1_735_689_600_000_000  # 2025-01-01T00:00:00Z in microseconds
-T1 = T0 + 86_400_000_000  # a day later
-T2 = T1 + 86_400_000_000
-T0_TEXT, T1_TEXT, T2_TEXT = (
-    "2025-01-01T00:00:00.000Z",
-    "2025-01-02T00:00:00.000Z",
-    "2025-01-03T00:00:00.000Z",
+from tests.applicants.lines import (
+    T0,
+    T0_TEXT,
+    T1,
+    T1_TEXT,
+    T2,
+    T2_TEXT,
+    data_version,
+    exported,
+    ndjson,
+    rows,
+    run_import,
+    served,
+    source,
+    to_micros,
 )
-SERVICE = ("id", "created_at", "updated_at", "last_seen")
-
-
-def source(number: int = 1, **fields: Any) -> dict[str, Any]:
-    """A record as a source system reports it: no service fields."""
-    record: dict[str, Any] = {
-        "x_id": f"X{number:04d}",
-        "x_property_id": "P-1",
-        "property_id": "prop_1",
-        "integration_id": "int_1",
-        "integration_vendor": "YARDI",
-        "first_name": "Ann",
-    }
-    record.update(fields)
-    return record
-
-
-def served(number: int = 1, **fields: Any) -> dict[str, Any]:
-    """A record as the API serves it: every service field given."""
-    record = source(number)
-    record.update(
-        id=f"app_{number:024x}", created_at=T0_TEXT, updated_at=T0_TEXT, last_seen=T0_TEXT
-    )
-    record.update(fields)
-    return record
-
-
-def ndjson(*records: dict[str, Any]) -> bytes:
-    return b"".join(json.dumps(record).encode() + b"\n" for record in records)
-
-
-def run_import(db: sqlite3.Connection, data: bytes, **options: Any) -> ImportReport:
-    return import_ndjson(db, io.BytesIO(data), **options)
-
-
-def rows(db: sqlite3.Connection) -> dict[str, dict[str, Any]]:
-    """Every stored row by x_id, with its body parsed."""
-    cursor = db.execute(
-        "SELECT x_id, id, change_seq, created_at, updated_at, last_seen, body FROM applicants"
-    )
-    names = [column[0] for column in cursor.description]
-    result = {}
-    for values in cursor:
-        row = dict(zip(names, values, strict=True))
-        row["json"] = json.loads(row["body"])
-        result[row["x_id"]] = row
-    return result
-
-
-def data_version(db: sqlite3.Connection) -> int:
-    return int(db.execute("SELECT change_seq FROM sync_state").fetchone()[0])
-
-
-def exported(db: sqlite3.Connection) -> bytes:
-    out = io.BytesIO()
-    export_ndjson(db, out)
-    return out.getvalue()
-
-
-def to_micros(text: str) -> int:
-    moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    delta = moment - datetime(1970, 1, 1, tzinfo=UTC)
-    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
-
+from tests.strategies import ids
 
 # --- a line without service fields --------------------------------------------------
 
@@ -348,29 +281,6 @@ def test_input_datetimes_with_any_offset_are_stored_in_utc(
 # --- what is stored is the canonical encoding ------------------------------------------
 
 
-def reference_hash(record: Applicant) -> bytes:
-    """The content hash as first specified: the encoding with null service fields."""
-    blank = msgspec.structs.replace(
-        record, id=None, created_at=None, updated_at=None, last_seen=None
-    )
-    return hashlib.blake2b(applicant_encoder.encode(blank), digest_size=16).digest()
-
-
-def test_content_hash_is_the_hash_of_the_record_without_service_fields() -> None:
-    for record in synthetic_applicants(200, seed=3):
-        assert content_hash(record) == reference_hash(record)
-    # The id cannot hold `"` or `,` (APPLICANT_ID_RULE), so the decoy is in x_id only.
-    tricky = Applicant(
-        id="app_:x_id:evil",
-        x_id=',"x_id":',
-        x_property_id="P",
-        property_id="p",
-        integration_id="i",
-        integration_vendor="V",
-    )
-    assert content_hash(tricky) == reference_hash(tricky)
-
-
 @settings(max_examples=60, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     record_id=st.none() | ids,
@@ -405,13 +315,6 @@ def test_stored_body_is_the_struct_encoding_with_service_fields_filled(
         connection.close()
 
 
-@given(st.none() | st.text() | st.from_regex(r"\+?1? ?\(?[0-9]{3}\)?[ .-]?[0-9]{3}-?[0-9]{4}"))
-def test_stored_phone_digits_are_what_the_phone_filter_matches(phone: str | None) -> None:
-    """The phone_1 column keeps the ASCII digits only (other Unicode digits are not 0-9)."""
-    expected = None if phone is None else "".join(c for c in phone if "0" <= c <= "9") or None
-    assert phone_digits(phone) == expected
-
-
 def test_a_record_stored_by_this_write_is_found_again_whatever_its_hash(
     db: sqlite3.Connection, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -420,30 +323,6 @@ def test_a_record_stored_by_this_write_is_found_again_whatever_its_hash(
     report = run_import(db, ndjson(source(1), source(2), source(1, first_name="B")), seen_at=T0)
     assert (report.counts.inserted, report.counts.updated) == (2, 1)
     assert rows(db)["X0001"]["json"]["first_name"] == "B"
-
-
-# --- parse_line -----------------------------------------------------------------------
-
-
-def test_a_canonical_line_and_a_reordered_one_give_the_same_record() -> None:
-    record = next(iter(synthetic_applicants(1, seed=1)))
-    canonical = applicant_encoder.encode(record)
-    reordered = json.dumps(dict(reversed(list(json.loads(canonical).items())))).encode()
-    assert parse_line(canonical + b"\n") == record
-    assert parse_line(reordered + b"\r\n") == record
-
-
-def test_a_repeated_key_is_refused_wherever_it_is() -> None:
-    record = json.loads(applicant_encoder.encode(next(iter(synthetic_applicants(1, seed=1)))))
-    record["custom_data"] = {"k": 1}
-    text = json.dumps(record, separators=(",", ":"))
-    for duplicated in (
-        text.replace('"first_name":', '"first_name":"A","first_name":', 1),
-        text.replace('"custom_data":{"k":1}', '"custom_data":{"k":1,"k":1}', 1),
-        text.replace('"x_id":', '"x_id":"X","x_id":', 1),
-    ):
-        with pytest.raises(ValueError, match="key appears more than once"):
-            parse_line(duplicated.encode())
 
 
 # --- bulk writes ----------------------------------------------------------------------
@@ -501,90 +380,3 @@ def test_the_page_cache_setting_is_restored_after_a_write(db: sqlite3.Connection
     with pytest.raises(ImportRefused):
         run_import(db, b"{}\n")
     assert db.execute("PRAGMA cache_size").fetchone() == before
-
-
-# --- export ---------------------------------------------------------------------------
-
-
-def test_export_writes_every_body_in_id_order(db: sqlite3.Connection) -> None:
-    write_records(db, synthetic_applicants(50, seed=4))
-    lines = exported(db).splitlines()
-    bodies = dict(db.execute("SELECT id, body FROM applicants").fetchall())
-    assert [json.loads(line)["id"] for line in lines] == sorted(bodies)
-    assert lines == [bodies[key].encode() for key in sorted(bodies)]
-
-
-def test_export_of_an_empty_database_is_empty(db: sqlite3.Connection) -> None:
-    assert exported(db) == b""
-    assert not db.in_transaction
-
-
-# --- the worker process -----------------------------------------------------------------
-
-
-def test_lines_parsed_in_a_worker_give_what_inline_parsing_gives(tmp_path: Path) -> None:
-    good = [applicant_encoder.encode(r) + b"\n" for r in synthetic_applicants(40, seed=8)]
-    outcomes = []
-    for worker_after_lines in (0, 3):
-        connection = open_for_write(tmp_path / f"worker-{worker_after_lines}.db")
-        try:
-            report = run_import(
-                connection, b"".join(good), seen_at=T0, worker_after_lines=worker_after_lines
-            )
-            outcomes.append((report.counts, report.lines, exported(connection)))
-        finally:
-            connection.close()
-    assert outcomes[0] == outcomes[1]
-    assert outcomes[0][0].inserted == 40
-
-
-def test_errors_found_in_a_worker_are_reported_in_line_order(db: sqlite3.Connection) -> None:
-    good = [applicant_encoder.encode(r) + b"\n" for r in synthetic_applicants(30, seed=8)]
-    good[4] = b"\n"
-    good[12] = b'{"x_id": "' + b"a" * (1 << 20) + b'"}\n'
-    good[20] = b"[]\n"
-    good[27] = ndjson(source(first_name=1))
-    before = exported(db)
-    reports = []
-    for worker_after_lines in (0, 2):
-        with pytest.raises(ImportRefused) as refused:
-            run_import(db, b"".join(good), worker_after_lines=worker_after_lines)
-        reports.append(refused.value.report)
-    assert (
-        reports[0].errors
-        == reports[1].errors
-        == [
-            "line 13: (line): longer than 1048576 bytes",
-            "line 21: (line): each line must be one JSON object (an applicant)",
-            "line 28: first_name: expected `str | null`, got `int`",
-        ]
-    )
-    assert exported(db) == before
-
-
-def test_records_generated_in_a_worker_are_written_as_generated_inline(tmp_path: Path) -> None:
-    exports = []
-    for in_worker in (False, True):
-        connection = open_for_write(tmp_path / f"generated-{in_worker}.db")
-        try:
-            counts = write_generated(connection, synthetic_applicants, 700, 3, in_worker=in_worker)
-            assert counts.inserted == 700
-            exports.append(exported(connection))
-        finally:
-            connection.close()
-    assert exports[0] == exports[1]
-
-
-def failing_generator(count: int) -> Iterator[Applicant]:
-    yield from synthetic_applicants(count, seed=1)
-    raise ValueError("the generator broke")
-
-
-def test_a_failing_worker_rolls_the_write_back_with_one_line(db: sqlite3.Connection) -> None:
-    before = exported(db)
-    with pytest.raises(
-        WorkerFailed, match=r"^the worker process failed: ValueError: the generator broke$"
-    ):
-        write_generated(db, failing_generator, 600)
-    assert exported(db) == before
-    assert not db.in_transaction

@@ -1,4 +1,6 @@
-"""`meta.total` without counting rows on each request (issue 4): a list shape's total is
+"""Unit tests of leasestar/applicants/storage.py: the count cache and the shared reads.
+
+`meta.total` without counting rows on each request (issue 4): a list shape's total is
 counted once per data version, shared by every page and request of that shape, and is
 exact again right after a write.
 
@@ -9,6 +11,7 @@ applicants`) is told apart from the page statement, which only counts its own pa
 
 from __future__ import annotations
 
+import asyncio
 import re
 import sqlite3
 from collections.abc import AsyncIterator
@@ -19,6 +22,7 @@ from litestar.testing import AsyncTestClient
 
 from leasestar.applicants.pipeline import write_records
 from leasestar.applicants.records import Applicant
+from leasestar.applicants.storage import SingleFlight
 from leasestar.config import Settings
 from leasestar.main import create_app
 
@@ -126,3 +130,64 @@ async def test_a_write_moves_the_data_version_and_the_total_is_exact_again(
     assert len(traced.take()) == 1  # counted again, once, for the new version
     assert await total(client, limit=1) == before + 3
     assert traced.take() == []
+
+
+# --- concurrent requests for the same slow read share one statement (SingleFlight) ---
+
+
+async def test_concurrent_reads_of_one_key_run_once_and_all_get_the_answer() -> None:
+    flight = SingleFlight()
+    runs = 0
+    release = asyncio.Event()
+
+    async def read() -> int:
+        nonlocal runs
+        runs += 1
+        await release.wait()
+        return 42
+
+    tasks = [asyncio.create_task(flight.run("k", read)) for _ in range(5)]
+    await asyncio.sleep(0)
+    release.set()
+    assert await asyncio.gather(*tasks) == [42] * 5
+    assert runs == 1
+
+
+async def test_different_keys_and_later_reads_run_again() -> None:
+    flight = SingleFlight()
+    runs: list[str] = []
+
+    async def read(key: str) -> str:
+        runs.append(key)
+        await asyncio.sleep(0)
+        return key
+
+    assert await asyncio.gather(
+        flight.run("a", lambda: read("a")), flight.run("b", lambda: read("b"))
+    ) == ["a", "b"]
+    assert await flight.run("a", lambda: read("a")) == "a"
+    assert runs == ["a", "b", "a"]
+
+
+async def test_when_the_first_read_fails_the_others_read_themselves() -> None:
+    flight = SingleFlight()
+    release = asyncio.Event()
+    calls = 0
+
+    async def read() -> int:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            await release.wait()
+            raise RuntimeError("first read failed")
+        return 7
+
+    first = asyncio.create_task(flight.run("k", read))
+    await asyncio.sleep(0)
+    second = asyncio.create_task(flight.run("k", read))
+    await asyncio.sleep(0)
+    release.set()
+    with pytest.raises(RuntimeError, match="first read failed"):
+        await first
+    assert await second == 7
+    assert calls == 2

@@ -1,4 +1,6 @@
-"""Cursor pages seek the order's index at any depth (issue 7), nulls included.
+"""Unit tests of leasestar/applicants/plan.py: the WHERE clause, and the page statements.
+
+Cursor pages seek the order's index at any depth (issue 7), nulls included.
 
 A cursor page costs the same at any depth only if SQLite starts its index walk at the
 cursor. SQLite seeks an index for one range of its first column, and a range never
@@ -32,17 +34,20 @@ from leasestar.applicants import plan as plan_module
 from leasestar.applicants.cursors import KeyValue, key_values
 from leasestar.applicants.ordering import (
     SORTABLE_FIELDS,
+    SqlFragment,
     build_order_by,
     keyset_ranges,
     order_columns,
     total_order,
 )
-from leasestar.applicants.query import MAX_OFFSET, ApplicantQuery, parse_order_by
+from leasestar.applicants.plan import build_where
+from leasestar.applicants.query import MAX_OFFSET, ApplicantQuery, parse_list_query, parse_order_by
 from leasestar.applicants.records import SortKey
 from leasestar.applicants.storage import ApplicantReader
 from leasestar.database import ReadPool, read_uri
 from tests.contract import NULLABLE_SORTABLE
 
+HOSTILE = "x' OR 1=1 --"
 LIMIT = 10
 # Orderings of several keys led by a nullable one: the lead key's range bounds the walk.
 MULTI_KEY = (
@@ -286,3 +291,92 @@ async def test_a_page_in_any_one_fields_order_is_an_index_walk(
     )
     assert "TEMP B-TREE" not in plan, plan
     assert ids == [row[0] for row in ordered_rows(seeded, (SortKey(field, direction),))][:LIMIT]
+
+
+# --- build_where ----------------------------------------------------------------------
+
+
+def test_no_filters_and_no_scope_is_no_where() -> None:
+    assert build_where(ApplicantQuery(), None) == SqlFragment("", ())
+
+
+@pytest.mark.parametrize(
+    ("pairs", "sql", "params"),
+    [
+        ([("updated_at_gte", "1970-01-01T00:00:01Z")], "WHERE updated_at >= ?", (1_000_000,)),
+        ([("updated_at_lte", "1970-01-01")], "WHERE updated_at <= ?", (0,)),
+        ([("last_seen_gte", "1969-12-31T23:59:59Z")], "WHERE last_seen >= ?", (-1_000_000,)),
+        ([("last_seen_lte", "1970-01-01T00:00:00.000001Z")], "WHERE last_seen <= ?", (1,)),
+        ([("integration_id", "int_a")], "WHERE integration_id = ?", ("int_a",)),
+        ([("integration_vendor", "YARDI")], "WHERE integration_vendor = ?", ("YARDI",)),
+        ([("property_id", "p")], "WHERE property_id = ?", ("p",)),
+        ([("x_property_id", "P")], "WHERE x_property_id = ?", ("P",)),
+        (
+            [("email_1", "A@b.c")],
+            "WHERE email_1 = ? COLLATE NOCASE AND upper(email_1) = upper(?)",
+            ("A@b.c", "A@b.c"),
+        ),
+        (
+            [("phone_1", "5551234567")],
+            "WHERE phone_1_digits IN (?, ?)",
+            ("5551234567", "15551234567"),
+        ),
+        (
+            [
+                ("updated_at_gte", "1970-01-01T00:00:01Z"),
+                ("updated_at_lte", "1970-01-01T00:00:02Z"),
+                ("last_seen_gte", "1970-01-01T00:00:03Z"),
+                ("last_seen_lte", "1970-01-01T00:00:04Z"),
+            ],
+            "WHERE updated_at >= ? AND updated_at <= ? AND last_seen >= ? AND last_seen <= ?",
+            (1_000_000, 2_000_000, 3_000_000, 4_000_000),
+        ),
+    ],
+)
+def test_each_filter_is_one_clause_with_its_value_bound(
+    pairs: list[tuple[str, str]], sql: str, params: tuple[object, ...]
+) -> None:
+    assert build_where(parse_list_query(pairs), None) == SqlFragment(sql, params)
+
+
+def test_x_id_filter_binds_all_three_parts_of_the_source_key() -> None:
+    query = parse_list_query([("x_id", "A"), ("integration_id", "i"), ("x_property_id", "P")])
+    where = build_where(query, None)
+    assert where.sql == "WHERE integration_id = ? AND x_property_id = ? AND x_id = ?"
+    assert where.params == ("i", "P", "A")
+
+
+def test_scope_is_an_in_list_of_bound_ids_in_a_stable_order() -> None:
+    assert build_where(ApplicantQuery(), frozenset({"int_b", "int_a", "INT_c"})) == SqlFragment(
+        "WHERE integration_id IN (?, ?, ?)", ("INT_c", "int_a", "int_b")
+    )
+
+
+def test_filters_and_scope_combine_with_and() -> None:
+    query = parse_list_query(
+        [
+            ("integration_id", "int_a"),
+            ("updated_at_gte", "1970-01-01T00:00:01Z"),
+            ("email_1", "a@b.c"),
+            ("phone_1", "5551234567"),
+        ]
+    )
+    assert build_where(query, frozenset({"int_a"})) == SqlFragment(
+        "WHERE updated_at >= ? AND integration_id = ? AND email_1 = ? COLLATE NOCASE "
+        "AND upper(email_1) = upper(?) AND phone_1_digits IN (?, ?) AND integration_id IN (?)",
+        (1_000_000, "int_a", "a@b.c", "a@b.c", "5551234567", "15551234567", "int_a"),
+    )
+
+
+@pytest.mark.parametrize(
+    "name", ["integration_id", "integration_vendor", "property_id", "x_property_id", "email_1"]
+)
+@pytest.mark.parametrize("value", [HOSTILE, "'; DROP TABLE applicants; --", '" OR ""="', "%s"])
+def test_hostile_values_are_bound_never_written_into_the_sql(name: str, value: str) -> None:
+    where = build_where(parse_list_query([(name, value)]), frozenset({value}))
+    assert value not in where.sql
+    assert "'" not in where.sql
+    assert '"' not in where.sql
+    # the filter (email_1's twice: its index, then its exact check), and the scope
+    assert where.params.count(value) == (3 if name == "email_1" else 2)
+    assert where.sql.count("?") == len(where.params)
