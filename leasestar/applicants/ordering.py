@@ -13,30 +13,11 @@ from typing import Any, Final
 
 from leasestar.applicants.cursors import KeyValue
 from leasestar.applicants.records import SortKey
+from leasestar.client.records import SORTABLE_FIELDS as SORTABLE_NAMES
 
-# API field name -> SQL column. The only identifiers that ever reach ORDER BY.
-SORTABLE_FIELDS: Final[Mapping[str, str]] = {
-    name: name
-    for name in (
-        "id",
-        "created_at",
-        "updated_at",
-        "last_seen",
-        "x_id",
-        "x_property_id",
-        "property_id",
-        "integration_id",
-        "integration_vendor",
-        "first_name",
-        "middle_name",
-        "last_name",
-        "email_1",
-        "date_of_birth",
-        "city",
-        "state",
-        "zip",
-    )
-}
+# API field name -> SQL column (the same names): the only identifiers that ever reach
+# ORDER BY. The names are the client's (`leasestar.client.records`), which documents them.
+SORTABLE_FIELDS: Final[Mapping[str, str]] = {name: name for name in SORTABLE_NAMES}
 # The sync feed's ordering: by change sequence, which is unique (so already total).
 CHANGE_ORDER: Final = (SortKey("change_seq", "asc"),)
 # Columns an ordering may name: the sortable fields, plus change_seq for the sync feed.
