@@ -29,6 +29,10 @@ SCHEMES: Final = ("file", "s3", "sftp")
 SYNC_INTERVAL: Final = "1s"
 FOLLOW_INTERVAL: Final = "1s"
 LISTING_TIMEOUT_SECONDS: Final = 20.0
+# How many nice levels a replica's follower runs below its server: under full load the
+# server keeps its core and changes are applied in what is left (the scheduler still
+# gives the follower about a tenth of the core).
+BACKGROUND_NICENESS: Final = 10
 # Where `litestream restore` is told the database lives: only a name in the config file,
 # never opened (restore writes to its -o path).
 _CONFIG_NAME: Final = "primary.db"
@@ -90,6 +94,14 @@ def write_config(path: Path, database: Path, url: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     write_atomically(path, msgspec.json.encode(config))
     path.chmod(0o600)  # an sftp URL may carry a password
+
+
+def in_background(command: list[str]) -> list[str]:
+    """`command` at BACKGROUND_NICENESS below this process's priority (coreutils' nice),
+    and dying with it: a replica's follower works in the time its server leaves idle."""
+    nice = shutil.which("nice")
+    lowered = [nice, "-n", str(BACKGROUND_NICENESS), *command] if nice else command
+    return dies_with_parent(lowered)
 
 
 def dies_with_parent(command: list[str]) -> list[str]:

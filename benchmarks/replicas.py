@@ -1,0 +1,264 @@
+"""Edge replicas (issue 14): lag from a primary's commit to a replica serving it, and a
+replica's throughput against its primary's, caught up and while it applies an import.
+
+1. Copies the bench database of `--rows` applicants (`harness.ensure_database`) to
+   `WORK/replicas/primary.db`, runs `leasestar replicate` to a `file://` store beside it,
+   and serves the primary and a replica (`serve --replica-of`) side by side on the
+   server core, with wrk on the client core.
+2. Lag: `--imports` imports of 100 new applicants, one after another. For each, the time
+   from the primary's commit (its change sequence seen moving, polled every 5 ms) to the
+   replica serving it (its `meta.total` seen moving, polled every 5 ms).
+3. Throughput: list default and get by id, the primary and the caught-up replica in
+   alternating slices; then the replica again, in slices, while it applies an import of
+   100,000 new applicants made on the primary (slices from the store holding it to the
+   replica serving it), against the primary's caught-up figure.
+4. Writes the "Edge replicas" section of RESULTS.md (`--out` to write it elsewhere).
+
+`python benchmarks/replicas.py --rows 1000000` takes the 1M database; `--smoke DIR` runs
+every step on 2,000 rows with 1 s slices and writes below DIR only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import shutil
+import sqlite3
+import statistics
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from harness import (
+    LEASESTAR,
+    RESULTS_MD,
+    WORK,
+    Measured,
+    WrkTarget,
+    create_token,
+    describe_machine,
+    ensure_database,
+    ensure_wrk,
+    git_commit,
+    http_get,
+    leasestar_server,
+    loadavg,
+    raise_priority,
+    say,
+    write_section,
+)
+
+IMPORT_ROWS = 100
+BIG_IMPORT_ROWS = 100_000
+POLL_SECONDS = 0.005
+
+
+def _change_seq(connection: sqlite3.Connection) -> int:
+    return int(connection.execute("SELECT change_seq FROM sync_state").fetchone()[0])
+
+
+def _total(base: str, token: str) -> int:
+    status, body = http_get(f"{base}/v1/applicants?limit=1", token, timeout=10)
+    if status != 200:
+        raise RuntimeError(f"{base}: HTTP {status}: {body[:200]!r}")
+    return int(json.loads(body)["meta"]["total"])
+
+
+def _health(base: str) -> dict[str, object]:
+    status, body = http_get(f"{base}/health", timeout=10)
+    return dict(json.loads(body)["replica"]) if status == 200 else {}
+
+
+def _seed(db: Path, count: int, seed: int) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [str(LEASESTAR), "seed", "--db", str(db), "--count", str(count), "--seed", str(seed)],
+        stdout=subprocess.DEVNULL,
+    )
+
+
+@contextlib.contextmanager
+def _replicating(db: Path, store: Path) -> Iterator[None]:
+    process = subprocess.Popen(
+        [str(LEASESTAR), "replicate", "--db", str(db), "--to", store.as_uri()],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 300
+        while not (store / "ltx" / "0").is_dir():
+            if time.monotonic() > deadline or process.poll() is not None:
+                raise RuntimeError("leasestar replicate did not ship the database")
+            time.sleep(0.2)
+        yield
+    finally:
+        process.terminate()
+        process.wait(timeout=60)
+
+
+def measure_lag(db: Path, replica: str, token: str, imports: int, first_seed: int) -> list[float]:
+    """Seconds from each import's commit on the primary to the replica serving it."""
+    watcher = sqlite3.connect(f"file:{db}?mode=ro", uri=True, isolation_level=None)
+    lags = []
+    try:
+        for number in range(imports):
+            before_seq, before_total = _change_seq(watcher), _total(replica, token)
+            seeding = _seed(db, IMPORT_ROWS, first_seed + number)
+            while _change_seq(watcher) == before_seq:
+                if seeding.poll() not in (None, 0):
+                    raise RuntimeError("leasestar seed failed")
+                time.sleep(POLL_SECONDS)
+            committed = time.monotonic()
+            deadline = committed + 120
+            while _total(replica, token) == before_total:
+                if time.monotonic() > deadline:
+                    raise RuntimeError("the replica did not serve an import within 120 s")
+                time.sleep(POLL_SECONDS)
+            lags.append(time.monotonic() - committed)
+            seeding.wait(timeout=60)
+            say(f"  import {number + 1}/{imports}: lag {lags[-1]:.2f} s")
+    finally:
+        watcher.close()
+    return lags
+
+
+def _percentile(values: list[float], fraction: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(fraction * (len(ordered) - 1)))]
+
+
+def _targets(base: str, name: str, token: str, ids: Path, some_id: str) -> list[WrkTarget]:
+    return [
+        WrkTarget(f"{name} list default", f"{base}/v1/applicants", token),
+        WrkTarget(f"{name} get by id", f"{base}/v1/applicants/{some_id}", token, ids),
+    ]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=100_000)
+    parser.add_argument("--imports", type=int, default=25)
+    parser.add_argument("--seconds", type=int, default=10, help="measured seconds per target")
+    parser.add_argument("--slice", type=int, default=2, help="seconds per wrk slice")
+    parser.add_argument("--smoke", type=Path, help="2,000 rows, 1 s slices, files below DIR")
+    args = parser.parse_args()
+    results = RESULTS_MD
+    work = WORK
+    if args.smoke:
+        args.rows, args.imports, args.seconds, args.slice = 2000, 3, 2, 1
+        work, results = args.smoke, args.smoke / "RESULTS.md"
+        work.mkdir(parents=True, exist_ok=True)
+        if RESULTS_MD.exists() and not results.exists():
+            shutil.copyfile(RESULTS_MD, results)
+    raise_priority()
+    ensure_wrk()
+    source = ensure_database(args.rows, work)
+    here = work / "replicas"
+    shutil.rmtree(here, ignore_errors=True)
+    here.mkdir(parents=True)
+    db = here / "primary.db"
+    shutil.copyfile(source, db)
+    token = create_token(db, "replica")
+    ids = here / "ids.txt"
+    connection = sqlite3.connect(db)
+    found = [row[0] for row in connection.execute("SELECT id FROM applicants LIMIT 2000")]
+    connection.close()
+    ids.write_text("\n".join(found) + "\n")
+    store = here / "store"
+    with (
+        _replicating(db, store),
+        leasestar_server("replica-primary", db, work=here) as primary,
+        leasestar_server(
+            "replica", here / "replica.db", args=["--replica-of", store.as_uri()], work=here
+        ) as replica,
+    ):
+        say(f"lag over {args.imports} imports of {IMPORT_ROWS} applicants")
+        lags = measure_lag(db, replica.base, token, args.imports, 1000)
+        say("throughput, caught up: primary and replica in alternating slices")
+        pairs = list(
+            zip(
+                _targets(primary.base, "primary", token, ids, found[0]),
+                _targets(replica.base, "replica", token, ids, found[0]),
+                strict=True,
+            )
+        )
+        for _ in range(max(1, args.seconds // args.slice)):
+            for target in (t for pair in pairs for t in pair):
+                target.run(args.slice)
+        say(f"throughput while the replica applies {BIG_IMPORT_ROWS:,} new applicants")
+        before = _total(replica.base, token)
+        big = _seed(db, BIG_IMPORT_ROWS, 7)
+        if big.wait(timeout=1800) != 0:
+            raise RuntimeError("the big import failed")
+        deadline = time.monotonic() + 300
+        while not int(_health(replica.base).get("transactions_behind", 0) or 0):
+            if _total(replica.base, token) != before or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        applying = _targets(replica.base, "replica applying", token, ids, found[0])
+        applied_in = time.monotonic()
+        while _total(replica.base, token) == before:
+            for target in applying:
+                target.run(args.slice)
+            if time.monotonic() - applied_in > 600:
+                raise RuntimeError("the replica did not apply the big import in 600 s")
+        applied_in = time.monotonic() - applied_in
+    report = _report(args, lags, pairs, applying, applied_in)
+    print(report)
+    write_section(report, results)
+    say(f"wrote the edge-replicas section of {results}")
+
+
+def _rps(measured: Measured) -> str:
+    return f"{measured.rps:,.0f}"
+
+
+def _report(
+    args: argparse.Namespace,
+    lags: list[float],
+    pairs: list[tuple[WrkTarget, WrkTarget]],
+    applying: list[WrkTarget],
+    applied_in: float,
+) -> str:
+    rows = []
+    for (primary, replica), during in zip(pairs, applying, strict=True):
+        p, r = primary.measured(), replica.measured()
+        d = during.measured() if during.slices else None
+        case = primary.name.removeprefix("primary ")
+        rows.append(
+            f"| {case} | {_rps(p)} | {_rps(r)} | {r.rps / p.rps:.2f}x | "
+            + (f"{_rps(d)} | {d.rps / p.rps:.2f}x |" if d else "- | - |")
+        )
+    return "\n".join(
+        [
+            "<!-- BEGIN edge-replicas -->",
+            "## Edge replicas",
+            "",
+            f"`python benchmarks/replicas.py --rows {args.rows}` at {git_commit()}, "
+            f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; {describe_machine()}; "
+            f"load average {loadavg()} at the end (a shared machine: provisional figures).",
+            "",
+            f"Lag from a primary's commit to a replica serving it, {len(lags)} imports of "
+            f"{IMPORT_ROWS} applicants into {args.rows:,} (default intervals: litestream "
+            "ships every 1 s, the replica polls the store every 1 s): "
+            f"p50 {statistics.median(lags):.2f} s, p99 {_percentile(lags, 0.99):.2f} s, "
+            f"max {max(lags):.2f} s (target: p99 <= 3 s).",
+            "",
+            "Requests a second, wrk at 16 connections on the client core, each server on "
+            f"the server core, {args.slice} s slices alternating primary and replica. "
+            f"'Applying': slices run while the replica applied {BIG_IMPORT_ROWS:,} new "
+            f"applicants imported on the primary ({applied_in:.0f} s from the store holding "
+            "them to the replica serving them), against the primary caught up.",
+            "",
+            "| case | primary | replica | replica / primary | replica applying | "
+            "applying / primary |",
+            "|---|---|---|---|---|---|",
+            *rows,
+            "<!-- END edge-replicas -->",
+        ]
+    )
+
+
+if __name__ == "__main__":
+    main()
