@@ -48,6 +48,7 @@ _RETRY_ON_POOL: Final = frozenset(
 )
 # Pauses before trying a busy inline read again (then it goes to the pool): ~30 ms.
 _BUSY_PAUSES: Final = (0.001, 0.002, 0.004, 0.008, 0.016, None)
+_PROBE_SECONDS: Final = 1.0  # `check`'s own budget for its one-row probe
 PAGE_SIZE: Final = 16_384
 # Page cache of each read connection, in KiB (SQLite's default is 2 MiB). A page's rows
 # sit on as many table pages as it has rows (they are stored in import order, read in
@@ -296,6 +297,10 @@ class ReadPool:
         """Raise unless both the event loop's connection and a pooled one read the file."""
         probe = "SELECT change_seq FROM sync_state"
         if self._inline is not None:
+            # A deadline of its own: the progress handler fires every 1000 steps a cached
+            # statement has run in all (SQLite counts them across runs), so a probe run
+            # a hundred times met a stale deadline and was interrupted: a spurious 503.
+            self._deadline = time.perf_counter() + _PROBE_SECONDS
             self._inline.execute(probe).fetchall()
         await self.fetchall_on_pool(probe)
 
