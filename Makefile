@@ -45,10 +45,14 @@ format: install
 ## cursor walks); BENCH_ARGS='--smoke /tmp/bench' checks every step in ~2 minutes on small
 ## databases, writing only below /tmp/bench. Then (but with --smoke) the shared rate
 ## limit's cost on list default and get by id (issue 11, ~2 minutes): its section of RESULTS.md.
+## Last, edge replicas (issue 14, benchmarks/replicas.py, ~5 minutes; --smoke and --quick
+## too): lag over 25 imports, a replica's throughput against its primary's, caught up and
+## while it applies a 100,000-row import.
 bench: install
 	$(BIN)/python -c 'import matplotlib' 2>/dev/null || $(BIN)/python -m pip install --quiet matplotlib
 	$(BIN)/python benchmarks/run.py $(BENCH_ARGS)
 	case "$(BENCH_ARGS)" in *--smoke*) ;; *) $(BIN)/python benchmarks/rate_limit_cost.py ;; esac
+	$(BIN)/python benchmarks/replicas.py $(BENCH_ARGS)
 
 ## Render /schema in headless Chromium (installed from Debian if missing) against a real
 ## server on a free port, assert the operations rendered, save docs/api-docs.png.

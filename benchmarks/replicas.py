@@ -14,8 +14,9 @@ replica's throughput against its primary's, caught up and while it applies an im
    replica serving it), against the primary's caught-up figure.
 4. Writes the "Edge replicas" section of RESULTS.md (`--out` to write it elsewhere).
 
-`python benchmarks/replicas.py --rows 1000000` takes the 1M database; `--smoke DIR` runs
-every step on 2,000 rows with 1 s slices and writes below DIR only.
+`make bench` runs it last (with its `--quick` or `--smoke DIR`); `python
+benchmarks/replicas.py --rows 1000000` takes the 1M database; `--smoke DIR` runs every
+step on 2,000 rows with 1 s slices and writes below DIR only.
 """
 
 from __future__ import annotations
@@ -142,7 +143,10 @@ def main() -> None:
     parser.add_argument("--seconds", type=int, default=10, help="measured seconds per target")
     parser.add_argument("--slice", type=int, default=2, help="seconds per wrk slice")
     parser.add_argument("--smoke", type=Path, help="2,000 rows, 1 s slices, files below DIR")
+    parser.add_argument("--quick", action="store_true", help="20 imports, 4 s per target")
     args = parser.parse_args()
+    if args.quick:
+        args.imports, args.seconds = 20, 4
     results = RESULTS_MD
     work = WORK
     if args.smoke:

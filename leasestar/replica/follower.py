@@ -83,6 +83,7 @@ class Follower:
         self._started_at = 0.0
         self._failures = 0
         self._refused_at: float | None = None
+        self._applying = False  # the refresher is writing a change (outside the lock)
         self._follower_txid = 0
         self._behind_store_since: float | None = None  # the follower's, monotonic
         self._served: sqlite3.Connection | None = None
@@ -282,7 +283,12 @@ class Follower:
                 logger.exception("replica refresh failed")
 
     def refresh(self) -> None:
-        """Apply what the follower wrote since the last look, if anything."""
+        """Apply what the follower wrote since the last look, if anything.
+
+        The apply runs outside the lock, so that `/health` goes on reporting the store
+        while a large change is written; meanwhile the watcher leaves the follower alone
+        (it is blocked on the file's lock, not stalled).
+        """
         with self._lock:
             followed, served = self._followed, self._served
             if followed is None or served is None or self._refused_at is not None:
@@ -294,24 +300,32 @@ class Follower:
                 self._follower_txid, self._behind_store_since = txid, None
             if txid == self.status.served_txid and self._readable:
                 return
-            try:
-                if not self._readable:
-                    make_readable(followed)
-                    self._readable = True
-                applied = apply_changes(served, followed, self._identity, self._alive)
-            except FollowerGone:
+            if not self._readable:
+                make_readable(followed)
+                self._readable = True
+            self._applying = True
+        try:
+            applied = apply_changes(served, followed, self._identity, self._alive)
+        except FollowerGone:
+            with self._lock:
                 self._restart_follower("it stopped while its file was read")
-                return
-            except OtherPrimary as refused:
+            return
+        except OtherPrimary as refused:
+            with self._lock:
                 self._refuse(str(refused))
-                return
-            except StoreBehind:
+            return
+        except StoreBehind:
+            with self._lock:
                 self._note("the store holds an older state than the one served")
-                return
-            except SchemaDiffers:
+            return
+        except SchemaDiffers:
+            with self._lock:
                 self._refuse("the primary's schema differs from this replica's: upgrade")
-                return
-            self._failures = 0
+            return
+        finally:
+            self._applying = False
+        with self._lock:
+            self._failures, self._behind_store_since = 0, None
             status = self.status
             status.served_txid, status.change_seq = txid, applied.change_seq
             if status.store_txid <= txid:
@@ -367,6 +381,8 @@ class Follower:
             status.write(self.layout.status_path)
 
     def _supervise(self, store_txid: int) -> None:
+        if self._applying:
+            return
         now = time.monotonic()
         if self._refused_at is not None:
             if now - self._refused_at < REFUSED_RETRY_SECONDS or store_txid == 0:
