@@ -215,6 +215,9 @@ def test_the_counts_live_in_a_file_beside_the_database(
     assert [c.get(f"{LIST}?limit=1", token).status_code for c in pair] == [429] * WORKERS
 
 
+@pytest.mark.skipif(
+    (os.cpu_count() or 1) > 8, reason="--workers auto would start a worker per core, over 8 here"
+)
 def test_workers_auto_runs_one_per_core_with_one_budget(
     tmp_path: Path, seeded_template: Path
 ) -> None:
