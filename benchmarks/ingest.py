@@ -47,7 +47,7 @@ from leasestar.database import open_for_write
 BEGIN, END = "<!-- BEGIN ingest -->", "<!-- END ingest -->"
 LIMIT_SECONDS = 120
 LIMIT_RSS_MB = 500
-# The phase shown on the progress line (cli.Progress.phase): "import: committing...".
+# The phase shown on the progress line (commands.Progress.phase): "import: committing...".
 PHASE = re.compile(r"\x1b\[K\w+: (building indexes \d+/\d+|committing)\.\.\.")
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from leasestar import cli
+from leasestar import commands
 from leasestar.applicants.records import applicant_encoder
 from leasestar.cli import main
 from leasestar.seed.generator import synthetic_applicants
@@ -451,7 +451,7 @@ class FakeTerminal(io.StringIO):
 def test_progress_draws_a_bar_on_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
     terminal = FakeTerminal()
     monkeypatch.setattr(sys, "stderr", terminal)
-    progress = cli.Progress("seed", 1000)
+    progress = commands.Progress("seed", 1000)
     progress.advance(250)
     progress.phase("building indexes 1/19")
     progress.finish()
@@ -484,10 +484,10 @@ def test_import_draws_progress_by_bytes_on_a_terminal(
     source = tmp_path / "in.ndjson"
     source.write_bytes(b"".join(line(x_id=f"X{n}") for n in range(3)))
     drawn: list[str] = []
-    real_draw = cli.Progress._draw
-    monkeypatch.setattr(cli.Progress, "_draw", lambda self, text: drawn.append(text))
+    real_draw = commands.Progress._draw
+    monkeypatch.setattr(commands.Progress, "_draw", lambda self, text: drawn.append(text))
     assert main(["import", "--db", str(seeded), str(source)]) == 0
-    monkeypatch.setattr(cli.Progress, "_draw", real_draw)
+    monkeypatch.setattr(commands.Progress, "_draw", real_draw)
     assert any("%" in text and text.startswith("import: [") for text in drawn), drawn
 
 
@@ -511,7 +511,7 @@ def test_seed_generating_in_a_worker_stores_the_same_bytes(
 ) -> None:
     inline, worker = tmp_path / "inline.db", tmp_path / "worker.db"
     run(capsys, "seed", "--db", str(inline), "--count", "300", "--seed", "5")
-    monkeypatch.setattr(cli, "WORKER_MIN_RECORDS", 100)
+    monkeypatch.setattr(commands, "WORKER_MIN_RECORDS", 100)
     code, out, err = run(capsys, "seed", "--db", str(worker), "--count", "300", "--seed", "5")
     assert (code, out, err) == (0, "seeded 300 applicants (seed 5); 300 rows written\n", "")
     assert content(worker) == content(inline)

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from leasestar import cli
+from leasestar import cli, commands
 from leasestar.config import RateLimit, Settings, SettingsError
 from leasestar.database import open_for_write
 
@@ -172,7 +172,7 @@ def test_serve_hands_every_flag_to_the_server(
     calls: list[dict[str, Any]] = []
     monkeypatch.setattr(uvicorn, "run", lambda *args, **kwargs: calls.append(kwargs))
     # Nothing listens here, so whether the port is free is not the question (test_faults).
-    monkeypatch.setattr(cli, "_check_port", lambda host, port: None)
+    monkeypatch.setattr(commands, "_check_port", lambda host, port: None)
     database = tmp_path / "served.db"
     open_for_write(database).close()  # existing: no demo seeding
     argv = ["serve", "--db", str(database)]
@@ -205,7 +205,7 @@ def test_workers_auto_is_one_per_core_from_the_flag_and_the_variable(
     calls: list[dict[str, Any]] = []
     monkeypatch.setattr(uvicorn, "run", lambda *args, **kwargs: calls.append(kwargs))
     # Nothing listens here, so whether the port is free is not the question (test_faults).
-    monkeypatch.setattr(cli, "_check_port", lambda host, port: None)
+    monkeypatch.setattr(commands, "_check_port", lambda host, port: None)
     database = tmp_path / "served.db"
     open_for_write(database).close()
     assert cli.main(["serve", "--db", str(database), "--workers", "auto"]) == 0
