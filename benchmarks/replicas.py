@@ -1,7 +1,7 @@
 """Edge replicas (issue 14): lag from a primary's commit to a replica serving it, and a
 replica's throughput against its primary's, caught up and while it applies an import.
 
-1. Copies the bench database of `--rows` applicants (`harness.ensure_database`) to
+1. Copies the bench database of `--rows` applicants (`databases.ensure_database`) to
    `WORK/replicas/primary.db`, runs `leasestar replicate` to a `file://` store beside it,
    and serves the primary and a replica (`serve --replica-of`) side by side on the
    server core, with wrk on the client core.
@@ -32,24 +32,19 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from databases import create_token, ensure_database
 from harness import (
     LEASESTAR,
-    RESULTS_MD,
     WORK,
     Measured,
     WrkTarget,
-    create_token,
-    describe_machine,
-    ensure_database,
     ensure_wrk,
-    git_commit,
     http_get,
     leasestar_server,
-    loadavg,
     raise_priority,
     say,
-    write_section,
 )
+from provenance import RESULTS_MD, describe_machine, git_commit, loadavg, write_section
 
 IMPORT_ROWS = 100
 BIG_IMPORT_ROWS = 100_000
