@@ -34,11 +34,11 @@ import struct
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 from litestar.exceptions import TooManyRequestsException
-from litestar.middleware.rate_limit import DURATION_VALUES, RateLimitMiddleware
-from litestar.types import Message, Receive, Scope, Send
+from litestar.middleware.rate_limit import DURATION_VALUES, RateLimitConfig, RateLimitMiddleware
+from litestar.types import ASGIApp, Message, Receive, Scope, Send
 
 from leasestar.database import DatabaseError
 
@@ -49,6 +49,7 @@ _WINDOW: Final = struct.Struct("<qq")
 _FREE: Final = bytes(16)
 _TABLE_AT: Final = len(_MAGIC)
 _SIZE: Final = _TABLE_AT + _SLOTS * _SLOT.size
+_KEYS_KEPT: Final = 4096  # callers whose key is remembered (tokens x routes)
 
 
 def counter_path(db_path: Path) -> Path:
@@ -160,41 +161,71 @@ class WindowCounter:
 
 class SharedRateLimitMiddleware(RateLimitMiddleware):
     """Litestar's rate limiter (its configuration, keys and headers), counting in the
-    server's `WindowCounter` (`app.state.rate_limit_counter`) instead of a store."""
+    server's `WindowCounter` (`app.state.rate_limit_counter`) instead of a store.
+
+    It runs on every API request, so what does not change between requests is made once:
+    a caller's key (per authenticated user and route; Litestar builds a Request to find
+    it) and the two constant headers, already encoded.
+    """
+
+    def __init__(self, app: ASGIApp, config: RateLimitConfig) -> None:
+        super().__init__(app, config)
+        self._seconds = DURATION_VALUES[self.unit]
+        self._keys: dict[tuple[Any, Any], str] = {}
+        self._constant_headers = [
+            (
+                config.rate_limit_policy_header_key.encode("latin-1"),
+                f"{self.max_requests}; w={self._seconds}".encode("latin-1"),
+            ),
+            (
+                config.rate_limit_limit_header_key.encode("latin-1"),
+                str(self.max_requests).encode("latin-1"),
+            ),
+        ]
+        self._remaining_header = config.rate_limit_remaining_header_key.encode("latin-1")
+        self._reset_header = config.rate_limit_reset_header_key.encode("latin-1")
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        app = scope["litestar_app"]
-        counter: WindowCounter = app.state.rate_limit_counter
-        key = self.cache_key_from_request(app.request_class(scope))
-        window = counter.count(key, self.max_requests, DURATION_VALUES[self.unit])
-        headers = self.window_headers(window)
+        counter: WindowCounter = scope["litestar_app"].state.rate_limit_counter
+        window = counter.count(self._key(scope), self.max_requests, self._seconds)
         if window.count > self.max_requests:
-            raise TooManyRequestsException(headers=headers)
-        await self.app(scope, receive, self._sending_headers(send, headers))
+            raise TooManyRequestsException(headers=self.window_headers(window))
+        await self.app(scope, receive, self._sending_headers(send, window))
+
+    def _key(self, scope: Scope) -> str:
+        """Litestar's key for this caller (the token) and route, made once for each."""
+        caller = (scope.get("user"), scope["route_handler"])
+        key = self._keys.get(caller)
+        if key is None:
+            if len(self._keys) >= _KEYS_KEPT:
+                self._keys.clear()
+            request = scope["litestar_app"].request_class(scope)
+            key = self._keys[caller] = self.cache_key_from_request(request)
+        return key
 
     def window_headers(self, window: Window) -> dict[str, str]:
         """The four rate-limit headers, as Litestar's limiter writes them."""
-        config = self.config
         return {
-            config.rate_limit_policy_header_key: (
-                f"{self.max_requests}; w={DURATION_VALUES[self.unit]}"
-            ),
-            config.rate_limit_limit_header_key: str(self.max_requests),
-            config.rate_limit_remaining_header_key: str(max(self.max_requests - window.count, 0)),
-            config.rate_limit_reset_header_key: str(max(window.resets_at - int(time.time()), 0)),
+            name.decode("latin-1"): value.decode("latin-1")
+            for name, value in self._constant_headers + self._varying_headers(window)
         }
 
-    @staticmethod
-    def _sending_headers(send: Send, headers: dict[str, str]) -> Send:
+    def _varying_headers(self, window: Window) -> list[tuple[bytes, bytes]]:
+        remaining = max(self.max_requests - window.count, 0)
+        reset = max(window.resets_at - int(time.time()), 0)
+        return [
+            (self._remaining_header, str(remaining).encode("latin-1")),
+            (self._reset_header, str(reset).encode("latin-1")),
+        ]
+
+    def _sending_headers(self, send: Send, window: Window) -> Send:
         # Appended as they are: no route sets these headers itself, so there is nothing
         # to replace (Litestar's MutableScopeHeaders searches the list for each).
-        encoded = [
-            (name.encode("latin-1"), value.encode("latin-1")) for name, value in headers.items()
-        ]
+        added = self._constant_headers + self._varying_headers(window)
 
         async def send_with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":
-                message["headers"] = [*message.get("headers", ()), *encoded]
+                message["headers"] = [*message.get("headers", ()), *added]
             await send(message)
 
         return send_with_headers
