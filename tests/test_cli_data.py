@@ -493,17 +493,18 @@ def test_import_draws_progress_by_bytes_on_a_terminal(
 
 def test_the_generator_formats_instants_as_the_api_does() -> None:
     from leasestar.instants import format_instant
-    from leasestar.seed.generator import SPAN, START, _instant_text
+    from leasestar.seed.draws import instant_text
+    from leasestar.seed.vocabulary import SPAN, START
 
     step = 7_919_000_017  # microseconds, prime: every clock position comes up
     for micros in range(START - SPAN, START + 2 * SPAN, SPAN // 50_000):
         moment = micros - micros % 1000
-        assert _instant_text(moment) == format_instant(moment)
-        assert _instant_text(moment + step - step % 1000) == format_instant(
+        assert instant_text(moment) == format_instant(moment)
+        assert instant_text(moment + step - step % 1000) == format_instant(
             moment + step - step % 1000
         )
     for year_start in (-30_610_224_000_000_000, 253_370_764_800_000_000):  # 1000, 9999
-        assert _instant_text(year_start) == format_instant(year_start)
+        assert instant_text(year_start) == format_instant(year_start)
 
 
 def test_seed_generating_in_a_worker_stores_the_same_bytes(

@@ -26,13 +26,12 @@ from leasestar.applicants.records import (
     applicant_encoder,
     applicant_line_decoder,
 )
-from leasestar.seed.generator import (
+from leasestar.seed.generator import synthetic_applicants, synthetic_records
+from leasestar.seed.vocabulary import (
     APPLICATION_COUNTS,
     INCOME_COUNTS,
     PET_COUNTS,
     SCREENING_COUNTS,
-    synthetic_applicants,
-    synthetic_records,
 )
 
 COUNT = 3000
