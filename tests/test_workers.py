@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import http.client
 import os
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -35,7 +36,8 @@ pytestmark = [
 WORKERS = 2
 BUDGET = 30  # requests a minute per token
 LIST = "/v1/applicants"
-FIND_WORKERS_TRIES = 400
+# A worker still starting up accepts nothing yet: look for each for up to this long.
+FIND_WORKERS_SECONDS = 90.0
 
 
 def descendants(pid: int) -> list[int]:
@@ -100,7 +102,8 @@ class WorkerConnection:
 def one_connection_per_worker(server: Server, workers: int) -> list[WorkerConnection]:
     """New connections until each of `workers` worker processes holds one (bounded)."""
     found: dict[int, WorkerConnection] = {}
-    for _ in range(FIND_WORKERS_TRIES):
+    deadline = time.monotonic() + FIND_WORKERS_SECONDS
+    while time.monotonic() < deadline:
         connection = WorkerConnection(server)
         if connection.worker is not None and connection.worker not in found:
             found[connection.worker] = connection
@@ -108,7 +111,10 @@ def one_connection_per_worker(server: Server, workers: int) -> list[WorkerConnec
                 return list(found.values())
         else:
             connection.close()
-    raise AssertionError(f"{FIND_WORKERS_TRIES} connections reached only {len(found)} workers")
+            time.sleep(0.01)
+    for connection in found.values():
+        connection.close()
+    raise AssertionError(f"in {FIND_WORKERS_SECONDS} s connections reached {len(found)} workers")
 
 
 @pytest.fixture(scope="module")
