@@ -7,7 +7,7 @@ import logging
 import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, cast
+from typing import Annotated, Any, Literal, cast
 
 import msgspec
 from litestar import Controller, MediaType, Request, Response, get
@@ -27,7 +27,18 @@ logger = logging.getLogger("leasestar.health")
 class HealthStatus(msgspec.Struct):
     status: Literal["ok"]
     # Only on a replica: how fresh what it serves is (see the README, "Edge replicas").
-    replica: ReplicaHealth | msgspec.UnsetType = msgspec.UNSET
+    # Documented as the object itself, not the one-member oneOf `| UnsetType` would give.
+    replica: Annotated[
+        ReplicaHealth | msgspec.UnsetType,
+        msgspec.Meta(
+            extra_json_schema={
+                "extra": {
+                    "one_of": None,
+                    "all_of": [{"$ref": "#/components/schemas/ReplicaHealth"}],
+                }
+            }
+        ),
+    ] = msgspec.UNSET
 
 
 def _replica_health(state: State) -> ReplicaHealth | None:

@@ -135,19 +135,18 @@ async def test_query_parameters_are_documented_with_their_rules(document: Docume
     for name, parameter in (listed | single).items():
         assert parameter["required"] is False, name
         assert parameter["description"], name
-        assert parameter["schema"]["type"] in ("string", "integer"), name
+        assert parameter["schema"].get("type") in ("string", "integer", None), name
     bounds = {
-        name: {key: listed[name]["schema"].get(key) for key in ("minimum", "maximum", "default")}
+        name: {key: listed[name]["schema"].get(key) for key in ("minimum", "maximum", "format")}
         for name in ("offset", "limit", "changed_since", "wait")
     }
     assert bounds == {
-        "offset": {"minimum": 0, "maximum": 2**63 - 1, "default": 0},
-        "limit": {"minimum": 1, "maximum": 250, "default": 100},
-        "changed_since": {"minimum": 0, "maximum": 2**63 - 1, "default": None},
-        "wait": {"minimum": 0, "maximum": 60, "default": None},
+        "offset": {"minimum": 0, "maximum": 2**63 - 1, "format": "int64"},
+        "limit": {"minimum": 1, "maximum": 250, "format": None},
+        "changed_since": {"minimum": 0, "maximum": 2**63 - 1, "format": "int64"},
+        "wait": {"minimum": 0, "maximum": 60, "format": None},
     }
     order_by = listed["order-by"]
-    assert order_by["schema"]["default"] == "created_at:desc"
     assert "field[:asc|desc]" in order_by["description"]
     assert "at most 4" in order_by["description"]
     for field in SORTABLE:
@@ -155,6 +154,13 @@ async def test_query_parameters_are_documented_with_their_rules(document: Docume
     assert listed["phone_1"]["schema"]["pattern"] == "^[0-9]{10}$"
     for bound in ("updated_at_gte", "updated_at_lte", "last_seen_gte", "last_seen_lte"):
         assert "YYYY-MM-DD" in listed[bound]["description"], bound
+        # The forms it takes, each with a format generators know: a datetime or a date.
+        assert listed[bound]["schema"] == {
+            "anyOf": [
+                {"type": "string", "format": "date-time"},
+                {"type": "string", "format": "date"},
+            ]
+        }
     path_id = document["paths"][RECORD]["get"]["parameters"][0]
     assert (path_id["name"], path_id["in"], path_id["required"]) == ("id", "path", True)
     for path in (LIST, RECORD):
@@ -162,6 +168,57 @@ async def test_query_parameters_are_documented_with_their_rules(document: Docume
             p["name"] for p in document["paths"][path]["get"]["parameters"] if p["in"] == "header"
         }
         assert headers == {"If-None-Match", "X-Request-ID"}
+
+
+# What each defaulted parameter does when absent (CONTRACT.md), said in its description.
+DEFAULTS_IN_WORDS = {
+    "offset": "absent: 0",
+    "limit": "absent: 100",
+    "order-by": "Absent: `created_at:desc`",
+}
+
+
+async def test_no_parameter_declares_a_default(document: Document) -> None:
+    """Generated clients send every declared default (openapi-python-client does), and a
+    cursor or the sync feed refuses offset, limit or order-by beside it: so no parameter
+    of any operation declares one; the defaults are in the descriptions."""
+    for path, operations in document["paths"].items():
+        for method, operation in operations.items():
+            for parameter in operation.get("parameters", []):
+                assert "default" not in parameter["schema"], (path, method, parameter["name"])
+                for branch in parameter["schema"].get("anyOf", []):
+                    assert "default" not in branch, (path, method, parameter["name"])
+    listed = _query_parameters(document, LIST)
+    for name, words in DEFAULTS_IN_WORDS.items():
+        assert words in listed[name]["description"], name
+
+
+def _plain(schema: dict[str, Any]) -> bool:
+    """A schema generators read as one type: no oneOf/anyOf wrapping a single member."""
+    return all(len(schema.get(key, [None, None])) != 1 for key in ("oneOf", "anyOf"))
+
+
+async def test_the_schemas_are_typed_for_generators(document: Document) -> None:
+    schemas = document["components"]["schemas"]
+    detail = schemas["ErrorDetail"]
+    assert set(detail["properties"]["code"]["enum"]) == {*ERROR_CODES.values(), "request_too_large"}
+    details = schemas["ErrorDetails"]
+    assert details["properties"] == {
+        "parameter": {"type": "string", "description": "The query parameter refused."},
+        "value": {"type": "string", "description": "The value refused, as sent."},
+    }
+    assert not details.get("required")
+    assert schemas["SortKey"]["properties"]["field"]["enum"] == [*SORTABLE, "change_seq"]
+    meta = schemas["PageMeta"]["properties"]
+    assert meta["next"]["type"] == "string"
+    assert (meta["changeSeq"]["type"], meta["changeSeq"]["format"]) == ("integer", "int64")
+    for name in ("offset", "total"):
+        assert (meta[name]["type"], meta[name]["format"]) == ("integer", "int64"), name
+    amount = schemas["Income"]["properties"]["amount_in_cents"]
+    assert {"type": "integer", "format": "int64"} in amount["oneOf"]
+    for name, schema in schemas.items():
+        for field, property_schema in schema.get("properties", {}).items():
+            assert _plain(property_schema), (name, field)
 
 
 async def test_bearer_scheme_guards_the_api_and_not_health(document: Document) -> None:

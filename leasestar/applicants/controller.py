@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+from collections.abc import Mapping
 from functools import lru_cache
 from typing import Annotated, Any, TypeVar, cast
 from urllib.parse import parse_qsl, unquote_to_bytes
@@ -55,15 +56,23 @@ RECORD_RESPONSES = {
 }
 
 
+def _schema(spec: Mapping[str, Any]) -> Schema:
+    fields = dict(spec)
+    if "type" in fields:
+        fields["type"] = OpenAPIType(fields["type"])
+    if "anyOf" in fields:
+        fields["any_of"] = [_schema(branch) for branch in fields.pop("anyOf")]
+    return Schema(**fields)
+
+
 def _openapi_parameter(spec: QueryParameterSpec) -> Parameter:
-    schema = dict(spec.schema)
     return Parameter(
         name=spec.name,
         param_in="query",
         required=False,
         allow_empty_value=True,  # an empty value means absent (CONTRACT.md)
         description=spec.description,
-        schema=Schema(type=OpenAPIType(schema.pop("type")), **schema),
+        schema=_schema(spec.schema),
         example=spec.example,
     )
 

@@ -68,8 +68,15 @@ class Filter(QueryParameterSpec):
 class InstantBound(Filter):
     """`<column>_gte` / `<column>_lte`: an inclusive bound on a datetime column."""
 
+    # Both forms it takes have a format generators know (and "no offset" and minutes
+    # are in the description): a generated client then takes a datetime or a date.
     schema: Mapping[str, Any] = field(
-        default_factory=lambda: {"type": "string", "format": "date-time"}
+        default_factory=lambda: {
+            "anyOf": [
+                {"type": "string", "format": "date-time"},
+                {"type": "string", "format": "date"},
+            ]
+        }
     )
     example: str | None = "2024-01-01T00:00:00Z"
     list_only: bool = False

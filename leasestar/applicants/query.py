@@ -61,16 +61,21 @@ _SORTABLE_LIST = ", ".join(SORTABLE_FIELDS)
 # The grammar of order-by for OpenAPI (empty, or 1-4 keys); "no field twice" is in words.
 _ORDER_BY_KEY = f"({'|'.join(SORTABLE_FIELDS)})(:([Aa][Ss][Cc]|[Dd][Ee][Ss][Cc]))?"
 _ORDER_BY_PATTERN = f"^({_ORDER_BY_KEY}(,{_ORDER_BY_KEY}){{0,{MAX_ORDER_KEYS - 1}}})?$"
+# No parameter declares a `default` in the document, though offset, limit and order-by have
+# one (in their descriptions): generated clients send every declared default, and a cursor
+# or the sync feed refuses those beside it (tests/test_openapi.py holds this).
 PARAMETERS: Final[tuple[QueryParameterSpec, ...]] = (
     QueryParameterSpec(
         name="offset",
-        description="Number of records skipped. Past the end: empty results, hasMore false.",
-        schema={"type": "integer", "minimum": 0, "maximum": MAX_OFFSET, "default": 0},
+        description="Number of records skipped; absent: 0. Past the end: empty results, "
+        "hasMore false.",
+        schema={"type": "integer", "format": "int64", "minimum": 0, "maximum": MAX_OFFSET},
     ),
     QueryParameterSpec(
         name="limit",
-        description=f"Maximum number of records returned, 1 to {MAX_LIMIT}.",
-        schema={"type": "integer", "minimum": 1, "maximum": MAX_LIMIT, "default": DEFAULT_LIMIT},
+        description=f"Maximum number of records returned, 1 to {MAX_LIMIT}; absent: "
+        f"{DEFAULT_LIMIT}.",
+        schema={"type": "integer", "minimum": 1, "maximum": MAX_LIMIT},
     ),
     QueryParameterSpec(
         name="order-by",
@@ -80,7 +85,7 @@ PARAMETERS: Final[tuple[QueryParameterSpec, ...]] = (
         "code point; nulls sort first ascending, last descending; a hidden final `id` key in "
         "the direction of the last key makes every order total. Sortable fields: "
         f"{_SORTABLE_LIST}.",
-        schema={"type": "string", "default": "created_at:desc", "pattern": _ORDER_BY_PATTERN},
+        schema={"type": "string", "pattern": _ORDER_BY_PATTERN},
         example="last_name:asc,first_name:asc",
     ),
     *(spec for spec in FILTERS if not spec.list_only),
@@ -101,7 +106,7 @@ PARAMETERS: Final[tuple[QueryParameterSpec, ...]] = (
         "`integration_id`, `x_property_id` and `x_id`, which a record never changes). Start "
         "at 0, follow `meta.next` while `hasMore`, then store `meta.changeSeq` and pass it "
         "here next time.",
-        schema={"type": "integer", "minimum": 0, "maximum": MAX_OFFSET},
+        schema={"type": "integer", "format": "int64", "minimum": 0, "maximum": MAX_OFFSET},
         list_only=True,
     ),
     QueryParameterSpec(
