@@ -19,11 +19,16 @@ from leasestar.auth import TokenError
 from leasestar.config import (
     DEFAULT_DB,
     DEFAULT_RATE_LIMIT,
+    HEAD_TIMEOUT_RANGE,
+    KEEP_ALIVE_TIMEOUT_RANGE,
+    MAX_CONNECTIONS_RANGE,
     PORT_RANGE,
     READ_CONNECTIONS_RANGE,
+    ListenAddress,
     RateLimit,
     Settings,
     SettingsError,
+    parse_listen_address,
     parse_log_format,
     parse_rate_limit,
     parse_workers,
@@ -101,6 +106,13 @@ def _rate_limit(text: str) -> str:
         raise argparse.ArgumentTypeError(str(error)) from None
 
 
+def _listen_address(text: str) -> ListenAddress | None:
+    try:
+        return parse_listen_address(text, "--metrics-address")
+    except SettingsError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
 def _rate_text(limit: RateLimit | None) -> str:
     return "off" if limit is None else f"{limit.requests}/{limit.unit}"
 
@@ -165,6 +177,38 @@ def build_parser(settings: Settings) -> argparse.ArgumentParser:
         default=settings.compression,
         help="gzip/br/zstd responses of 1 KiB or more when the client asks "
         f"(env LEASESTAR_COMPRESSION=on|off, default {'on' if settings.compression else 'off'})",
+    )
+    serve.add_argument(
+        "--head-timeout",
+        type=_within(HEAD_TIMEOUT_RANGE),
+        default=settings.head_timeout,
+        metavar="SECONDS",
+        help="close a connection whose request head is not complete this long after it "
+        "opened or its last response (env LEASESTAR_HEAD_TIMEOUT, default %(default)s)",
+    )
+    serve.add_argument(
+        "--keep-alive-timeout",
+        type=_within(KEEP_ALIVE_TIMEOUT_RANGE),
+        default=settings.keep_alive_timeout,
+        metavar="SECONDS",
+        help="close a kept-alive connection idle this long "
+        "(env LEASESTAR_KEEP_ALIVE_TIMEOUT, default %(default)s)",
+    )
+    serve.add_argument(
+        "--max-connections",
+        type=_within(MAX_CONNECTIONS_RANGE),
+        default=settings.max_connections,
+        metavar="N",
+        help="open connections per worker before answering 503 "
+        "(env LEASESTAR_MAX_CONNECTIONS, default %(default)s)",
+    )
+    serve.add_argument(
+        "--metrics-address",
+        type=_listen_address,
+        default=settings.metrics_address,
+        metavar="HOST:PORT",
+        help="serve /metrics on this address only, or off "
+        "(env LEASESTAR_METRICS_ADDRESS, default off)",
     )
     serve.add_argument(
         "--demo-token", action="store_true", help="create a fresh demo token and print a curl line"

@@ -18,9 +18,9 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import IO, Final
+from typing import IO, TYPE_CHECKING, Final
 
 from leasestar.applicants.ndjson import export_ndjson
 from leasestar.applicants.pipeline import (
@@ -31,9 +31,13 @@ from leasestar.applicants.pipeline import (
     write_generated,
 )
 from leasestar.auth import create_token, list_tokens, revoke_token
+from leasestar.config import ListenAddress
 from leasestar.database import open_for_write, read_uri
 from leasestar.rate_limit import WindowCounter, counter_path
 from leasestar.replica.layout import refuse_writes, replica_of
+
+if TYPE_CHECKING:
+    import uvicorn  # imported when serving: the other commands do without it
 
 DEMO_RECORDS: Final = 1000
 
@@ -157,6 +161,11 @@ def _check_port(host: str, port: int) -> None:
 
 def serve(args: argparse.Namespace) -> int:
     _check_port(args.host, args.port)
+    metrics: ListenAddress | None = args.metrics_address
+    if metrics is not None:
+        if metrics.port == args.port:
+            raise CommandError(f"--metrics-address needs a port other than the API's ({args.port})")
+        _check_port(metrics.host, metrics.port)
     path = db_path(args)
     if args.replica_of is not None:
         return _serve_replica(args, path)
@@ -212,21 +221,21 @@ def _serve_replica(args: argparse.Namespace, path: Path) -> int:
 def _run_server(args: argparse.Namespace, path: Path) -> int:
     import uvicorn
 
-    # The app factory reads its settings from the environment, so worker processes
-    # (--workers > 1) get the same ones.
+    # The app factory and the connection protocol (leasestar/protocol.py) read their
+    # settings from the environment, so worker processes (--workers > 1) get the same ones.
+    metrics_address: ListenAddress | None = args.metrics_address
     os.environ.update(
         LEASESTAR_DB=str(path),
         LEASESTAR_READ_CONNECTIONS=str(args.read_connections),
         LEASESTAR_LOG_FORMAT=args.log_format,
         LEASESTAR_RATE_LIMIT=args.rate_limit,
         LEASESTAR_COMPRESSION="on" if args.compression else "off",
+        LEASESTAR_HEAD_TIMEOUT=str(args.head_timeout),
+        LEASESTAR_KEEP_ALIVE_TIMEOUT=str(args.keep_alive_timeout),
+        LEASESTAR_MAX_CONNECTIONS=str(args.max_connections),
+        LEASESTAR_METRICS_ADDRESS=str(metrics_address or "off"),
     )
-    # On SIGTERM uvicorn drains the requests in flight, then raises the signal again, so
-    # the process would end killed by it even after a clean drain. This handler is the
-    # one uvicorn restores before raising it: a drained server exits 0, as it does with
-    # --workers > 1 (and a SIGTERM that comes before uvicorn listens exits 0 at once).
-    signal.signal(signal.SIGTERM, _exit_cleanly)
-    uvicorn.run(
+    config = uvicorn.Config(
         "leasestar.main:create_app_from_env",
         factory=True,
         host=args.host,
@@ -235,8 +244,49 @@ def _run_server(args: argparse.Namespace, path: Path) -> int:
         log_level="info",
         access_log=False,  # ours, without the Authorization header (leasestar/observability.py)
         timeout_graceful_shutdown=30,
+        # Byte, time, connection and body limits on every connection (leasestar/protocol.py).
+        http="leasestar.protocol:GuardedHttpToolsProtocol",
+        ws="none",
+        timeout_keep_alive=args.keep_alive_timeout,
     )
-    return 0
+    listeners = [ListenAddress(args.host, args.port)]
+    if metrics_address is not None:
+        # One more listener for the same app, which serves /metrics there and only there.
+        listeners.append(metrics_address)
+    # On SIGTERM uvicorn drains the requests in flight, then raises the signal again, so
+    # the process would end killed by it even after a clean drain. This handler is the
+    # one uvicorn restores before raising it: a drained server exits 0, as it does with
+    # --workers > 1 (and a SIGTERM that comes before uvicorn listens exits 0 at once).
+    signal.signal(signal.SIGTERM, _exit_cleanly)
+    return run_server(config, listeners)
+
+
+def run_server(config: uvicorn.Config, listeners: Sequence[ListenAddress]) -> int:
+    """Serve `config`'s app on every listener, in `config.workers` processes; the exit status."""
+    import uvicorn
+    from uvicorn.supervisors import Multiprocess
+
+    sockets = [_listen(address) for address in listeners]
+    if config.workers > 1:
+        Multiprocess(config, sockets=sockets).run()
+        return 0
+    server = uvicorn.Server(config)
+    server.run(sockets=sockets)
+    return 0 if server.started else 1
+
+
+def _listen(address: ListenAddress) -> socket.socket:
+    """A listening socket for uvicorn (as `uvicorn.Config.bind_socket` makes one), shared
+    with the worker processes; a busy or invalid address is one line and exit 1."""
+    try:
+        family = socket.getaddrinfo(address.host, address.port, type=socket.SOCK_STREAM)[0][0]
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((address.host, address.port))
+    except OSError as error:
+        raise CommandError(f"cannot listen on {address}: {error.strerror or error}") from None
+    sock.set_inheritable(True)
+    return sock
 
 
 def seed(args: argparse.Namespace) -> int:

@@ -14,6 +14,14 @@ from typing import Final, Literal, cast, get_args
 
 DEFAULT_DB: Final = "./leasestar.db"
 DEFAULT_RATE_LIMIT: Final = "600/minute"
+# Connection limits for a server facing the internet alone (issue 18; README, Security):
+# a request head must be complete this many seconds after the connection opened or its
+# previous response was sent; an idle kept-alive connection is closed after
+# DEFAULT_KEEP_ALIVE_TIMEOUT; past DEFAULT_MAX_CONNECTIONS open connections a worker
+# answers 503.
+DEFAULT_HEAD_TIMEOUT: Final = 10
+DEFAULT_KEEP_ALIVE_TIMEOUT: Final = 5
+DEFAULT_MAX_CONNECTIONS: Final = 1000
 
 LogFormat = Literal["json", "text", "off"]
 RateUnit = Literal["second", "minute", "hour", "day"]
@@ -54,10 +62,40 @@ def parse_log_format(text: str, name: str = "LEASESTAR_LOG_FORMAT") -> LogFormat
     return cast(LogFormat, text)
 
 
+@dataclass(frozen=True, slots=True)
+class ListenAddress:
+    """A TCP address to listen on, `host:port` (`[v6]:port` for IPv6)."""
+
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+
+
+_ADDRESS = re.compile(r"(?:\[([0-9A-Fa-f:.]+)\]|([A-Za-z0-9.-]+)):([0-9]{1,5})")
+
+
+def parse_listen_address(
+    text: str, name: str = "LEASESTAR_METRICS_ADDRESS"
+) -> ListenAddress | None:
+    """`HOST:PORT` (port 1 to 65535; `[::1]:PORT` for IPv6), or `off`."""
+    text = text.strip()
+    if text.lower() in ("", "off", "none"):
+        return None
+    match = _ADDRESS.fullmatch(text)
+    if match is None or not 1 <= int(match[3]) <= 65535:
+        raise SettingsError(f"{name} must be HOST:PORT (port 1 to 65535) or off; got {text!r}")
+    return ListenAddress(match[1] or match[2], int(match[3]))
+
+
 # Inclusive bounds of the integer settings, shared by their variables and their flags.
 PORT_RANGE: Final = (0, 65535)
 WORKERS_RANGE: Final = (1, 64)
 READ_CONNECTIONS_RANGE: Final = (1, 32)
+HEAD_TIMEOUT_RANGE: Final = (1, 300)  # seconds
+KEEP_ALIVE_TIMEOUT_RANGE: Final = (1, 300)  # seconds
+MAX_CONNECTIONS_RANGE: Final = (1, 100_000)  # per worker process
 
 
 def _int_env(name: str, default: int, bounds: tuple[int, int]) -> int:
@@ -111,6 +149,11 @@ class Settings:
     # serve` uses, turns it on with DEFAULT_RATE_LIMIT unless told otherwise.
     rate_limit: RateLimit | None = None
     compression: bool = True
+    head_timeout: int = DEFAULT_HEAD_TIMEOUT
+    keep_alive_timeout: int = DEFAULT_KEEP_ALIVE_TIMEOUT
+    max_connections: int = DEFAULT_MAX_CONNECTIONS
+    # Where `/metrics` is served; None: nowhere. Never on the API's own listener.
+    metrics_address: ListenAddress | None = None
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -125,4 +168,16 @@ class Settings:
                 os.environ.get("LEASESTAR_RATE_LIMIT") or DEFAULT_RATE_LIMIT
             ),
             compression=_bool_env("LEASESTAR_COMPRESSION", True),
+            head_timeout=_int_env(
+                "LEASESTAR_HEAD_TIMEOUT", DEFAULT_HEAD_TIMEOUT, HEAD_TIMEOUT_RANGE
+            ),
+            keep_alive_timeout=_int_env(
+                "LEASESTAR_KEEP_ALIVE_TIMEOUT", DEFAULT_KEEP_ALIVE_TIMEOUT, KEEP_ALIVE_TIMEOUT_RANGE
+            ),
+            max_connections=_int_env(
+                "LEASESTAR_MAX_CONNECTIONS", DEFAULT_MAX_CONNECTIONS, MAX_CONNECTIONS_RANGE
+            ),
+            metrics_address=parse_listen_address(
+                os.environ.get("LEASESTAR_METRICS_ADDRESS") or "off"
+            ),
         )

@@ -10,13 +10,16 @@ asset URLs are ours.
 from __future__ import annotations
 
 import importlib.util
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 from litestar import Router
 from litestar.datastructures import CacheControlHeader
 from litestar.openapi.plugins import SwaggerRenderPlugin
 from litestar.static_files import create_static_files_router
+
+from leasestar.hygiene import send_error
 
 SCHEMA_PATH: Final = "/schema"
 ASSETS_PATH: Final = f"{SCHEMA_PATH}/assets"
@@ -63,3 +66,31 @@ def docs_assets() -> Router:
         cache_control=_ASSET_CACHE,
         include_in_schema=False,
     )
+
+
+class SchemaNotFound:
+    """Every path under `/schema` that nothing serves answers the API's 404 error body.
+
+    Litestar's OpenAPI router answers an HTML page for any path under it that no render
+    plugin claims (`/schema/redoc`, `/schema/swagger`, ...); a client of this API expects
+    the error body on every 404. Plain ASGI, in front of routing: the served paths are
+    the router's fixed ones and the assets below `/schema/assets/`.
+    """
+
+    def __init__(self, app: Any, route_paths: Iterable[str]) -> None:
+        self.app = app
+        self.served = frozenset(
+            path for path in route_paths if path.startswith(SCHEMA_PATH) and "{" not in path
+        )
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        path: str = scope.get("path", "")
+        if (
+            scope["type"] == "http"
+            and path.startswith(f"{SCHEMA_PATH}/")
+            and path.rstrip("/") not in self.served
+            and not path.startswith(f"{ASSETS_PATH}/")
+        ):
+            await send_error(send, 404)
+            return
+        await self.app(scope, receive, send)

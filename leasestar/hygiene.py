@@ -22,9 +22,13 @@ API_HEADERS: Final = (
 )
 
 
-async def _refuse(
-    send: Any, status: int, message: str, headers: tuple[tuple[bytes, bytes], ...]
+async def send_error(
+    send: Any,
+    status: int,
+    message: str | None = None,
+    headers: tuple[tuple[bytes, bytes], ...] = (),
 ) -> None:
+    """Answer `status` with the error body, from plain ASGI (before routing)."""
     body = error_body(status, message)
     await send(
         {
@@ -69,15 +73,16 @@ class HygieneMiddleware:
         # client) put it there: count the query once either way.
         target = len(raw_path) if b"?" in raw_path else len(raw_path) + len(query)
         if target > MAX_TARGET_BYTES:
-            await _refuse(
+            await send_error(
                 send, 414, f"the request target is longer than {MAX_TARGET_BYTES} bytes", extra
             )
             return
         if sum(len(name) + len(value) for name, value in scope["headers"]) > MAX_HEADER_BYTES:
-            await _refuse(send, 431, f"the request headers exceed {MAX_HEADER_BYTES} bytes", extra)
+            message = f"the request headers exceed {MAX_HEADER_BYTES} bytes"
+            await send_error(send, 431, message, extra)
             return
         if query.count(b"&") >= MAX_QUERY_PARAMETERS:
-            await _refuse(
+            await send_error(
                 send,
                 400,
                 f"a request may carry at most {MAX_QUERY_PARAMETERS} query parameters",

@@ -22,7 +22,7 @@ from leasestar.auth import BearerTokenMiddleware, TokenHolder, TokenRegistry
 from leasestar.compression import CompressionMiddleware
 from leasestar.config import Settings
 from leasestar.database import ReadPool, open_for_write
-from leasestar.docs import docs_assets, docs_page
+from leasestar.docs import SchemaNotFound, docs_assets, docs_page
 from leasestar.errors import EXCEPTION_HANDLERS
 from leasestar.hygiene import HygieneMiddleware
 from leasestar.observability import AccessLog, Metrics, ObservabilityMiddleware
@@ -64,6 +64,7 @@ def create_app(settings: Settings | None = None) -> Litestar:
         app.state.metrics = metrics
         app.state.replica = replica
         app.state.replica_metrics = replica_metrics
+        app.state.metrics_address = settings.metrics_address
         app.state.cursor_codec = CursorCodec(await reader.cursor_key())
         app.state.tokens = TokenRegistry(settings.db_path)
         if settings.rate_limit is not None:
@@ -124,7 +125,7 @@ def create_app(settings: Settings | None = None) -> Litestar:
     # Route middleware only sees matched routes; these two must see every request
     # (unknown paths, oversized ones), so they wrap the app's ASGI handler, as
     # Litestar itself does for CORS.
-    handler: ASGIApp = app.asgi_handler
+    handler = cast("ASGIApp", SchemaNotFound(app.asgi_handler, (r.path for r in app.routes)))
     if settings.compression:
         handler = cast("ASGIApp", CompressionMiddleware(handler))
     app.asgi_handler = cast(

@@ -16,12 +16,12 @@ Handlers attached to the `leasestar.access` logger still receive every line.
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
 import os
 import re
 import sys
 import time
+from binascii import hexlify
 from typing import Any, Final, Literal
 from urllib.parse import unquote_plus
 
@@ -132,10 +132,6 @@ class ObservabilityMiddleware:
         self.metrics = metrics
         self.access_log = access_log
         self.log_format = access_log.format
-        # Generated request ids: 32 hex digits, a random half per process and a counted
-        # half, so they are unique across workers without a random draw per request.
-        self._id_prefix = os.urandom(8).hex().encode()
-        self._id_numbers = itertools.count()
         # Label lookups take a lock and hash three strings: keep the children.
         self._counters: dict[tuple[str, str, str], Any] = {}
         self._histograms: dict[tuple[str, str], Any] = {}
@@ -152,7 +148,9 @@ class ObservabilityMiddleware:
                 request_id = value
                 break
         if not request_id:
-            request_id = b"%s%016x" % (self._id_prefix, next(self._id_numbers))
+            # 128 random bits, drawn per request: a counted id would tell any caller how
+            # much traffic the server has had since the last one it saw.
+            request_id = hexlify(os.urandom(16))
         scope.setdefault("state", {})["request_id"] = request_id.decode()
         status = 500
         sent = 0

@@ -59,12 +59,15 @@ _ERROR_EXAMPLES: Final[dict[int, bytes]] = {
 }
 
 
-def error_responses(*statuses: int) -> dict[int, ResponseSpec]:
-    """The error body for each status, described, with an example from `error_body`."""
+def error_responses(
+    *statuses: int, described: dict[int, str] | None = None
+) -> dict[int, ResponseSpec]:
+    """The error body for each status, described (`described` overrides the usual words
+    for a route), with an example from `error_body`."""
     return {
         status: ResponseSpec(
             ErrorBody,
-            description=_ERROR_DESCRIPTIONS[status],
+            description=(described or {}).get(status) or _ERROR_DESCRIPTIONS[status],
             generate_examples=False,
             examples=[
                 Example(

@@ -1,4 +1,8 @@
-"""Service routes outside the versioned API: `/health` and `/metrics`."""
+"""Service routes outside the versioned API: `/health` and `/metrics`.
+
+`/metrics` shows every tenant's row count and the traffic of every route, so it is served
+only on a listener of its own (`LEASESTAR_METRICS_ADDRESS`), never on the API's.
+"""
 
 from __future__ import annotations
 
@@ -14,6 +18,7 @@ from litestar import Controller, MediaType, Request, Response, get
 from litestar.datastructures import State
 
 from leasestar.applicants.storage import ApplicantReader
+from leasestar.config import ListenAddress
 from leasestar.database import ReadPool, read_uri
 from leasestar.errors import error_response
 from leasestar.observability import Metrics
@@ -79,6 +84,13 @@ class DatabaseFile:
             connection.close()
 
 
+def on_listener(scope: Any, address: ListenAddress | None) -> bool:
+    """Whether the request came in on the listener at `address` (told apart by its port,
+    which `leasestar serve` keeps distinct from the API's)."""
+    server = scope.get("server")
+    return address is not None and server is not None and server[1] == address.port
+
+
 class ServiceController(Controller):
     tags = ["service"]  # noqa: RUF012 - Litestar reads this class attribute as declared
 
@@ -115,13 +127,28 @@ class ServiceController(Controller):
         exclude_from_auth=True,
         media_type=MediaType.TEXT,
         response_description="Prometheus' text exposition format (no token needed).",
-        responses=error_responses(400, 405, 414, 431, 500),
+        responses=error_responses(
+            400,
+            404,
+            405,
+            414,
+            431,
+            500,
+            described={
+                404: "Asked on another address than the metrics address "
+                "(`LEASESTAR_METRICS_ADDRESS`, off by default), the API's included."
+            },
+        ),
     )
     async def metrics(self, request: Request[Any, Any, State]) -> Response[bytes]:
         """Request counts and latencies per route and status, and the row count.
 
-        Counted per worker process: with several workers each answers for itself.
+        Served only on the metrics address (`LEASESTAR_METRICS_ADDRESS`); 404 on any other
+        listener, the API's included. Counted per worker process: with several workers
+        each answers for itself.
         """
+        if not on_listener(request.scope, request.app.state.metrics_address):
+            return error_response(404)
         reader: ApplicantReader = request.app.state.reader
         metrics: Metrics = request.app.state.metrics
         metrics.applicants.set(await reader.total_rows())

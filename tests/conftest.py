@@ -11,10 +11,15 @@ from litestar.testing import AsyncTestClient
 
 from leasestar.applicants.pipeline import write_records
 from leasestar.auth import create_token
-from leasestar.config import Settings
+from leasestar.config import ListenAddress, Settings
 from leasestar.database import open_for_write
 from leasestar.main import create_app
 from leasestar.seed.generator import synthetic_applicants
+
+# The in-process test client's address (Litestar's AsyncTestClient): an app built with it
+# as its metrics address serves /metrics to that client, as `leasestar serve` does on the
+# address of --metrics-address.
+TEST_CLIENT_ADDRESS = ListenAddress("testserver.local", 80)
 
 
 @pytest.fixture
@@ -49,7 +54,7 @@ def token(db: sqlite3.Connection) -> str:
 @pytest.fixture
 async def client(seeded_db: Path, token: str) -> AsyncIterator[AsyncTestClient]:  # type: ignore[type-arg]
     """The real app over the seeded database, authenticated with `token`."""
-    app = create_app(Settings(db_path=seeded_db))
+    app = create_app(Settings(db_path=seeded_db, metrics_address=TEST_CLIENT_ADDRESS))
     async with AsyncTestClient(app=app) as test_client:
         test_client.headers["Authorization"] = f"Bearer {token}"
         yield test_client

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from leasestar import cli, commands
-from leasestar.config import RateLimit, Settings, SettingsError
+from leasestar.config import ListenAddress, RateLimit, Settings, SettingsError
 from leasestar.database import open_for_write
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -38,6 +38,16 @@ SETTINGS: dict[str, tuple[str, str, str, Any, str]] = {
         "600/minute",
     ),
     "compression": ("LEASESTAR_COMPRESSION", "--compression", "off", False, "on"),
+    "head_timeout": ("LEASESTAR_HEAD_TIMEOUT", "--head-timeout", "7", 7, "10"),
+    "keep_alive_timeout": ("LEASESTAR_KEEP_ALIVE_TIMEOUT", "--keep-alive-timeout", "9", 9, "5"),
+    "max_connections": ("LEASESTAR_MAX_CONNECTIONS", "--max-connections", "50", 50, "1000"),
+    "metrics_address": (
+        "LEASESTAR_METRICS_ADDRESS",
+        "--metrics-address",
+        "127.0.0.1:9464",
+        ListenAddress("127.0.0.1", 9464),
+        "off",
+    ),
 }
 INVALID = {
     "LEASESTAR_PORT": "http",
@@ -46,6 +56,10 @@ INVALID = {
     "LEASESTAR_LOG_FORMAT": "yaml",
     "LEASESTAR_RATE_LIMIT": "fast",
     "LEASESTAR_COMPRESSION": "maybe",
+    "LEASESTAR_HEAD_TIMEOUT": "0",
+    "LEASESTAR_KEEP_ALIVE_TIMEOUT": "301",
+    "LEASESTAR_MAX_CONNECTIONS": "lots",
+    "LEASESTAR_METRICS_ADDRESS": "127.0.0.1",
 }
 
 
@@ -135,6 +149,10 @@ def test_defaults_without_any_variable() -> None:
         log_format="json",
         rate_limit=RateLimit(600, "minute"),
         compression=True,
+        head_timeout=10,
+        keep_alive_timeout=5,
+        max_connections=1000,
+        metrics_address=None,
     )
 
 
@@ -167,10 +185,13 @@ def test_serve_hands_every_flag_to_the_server(
     tmp_path: Path, environment: dict[str, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Workers are separate processes: the settings reach them through the environment."""
-    import uvicorn
+    calls: list[tuple[Any, list[ListenAddress]]] = []
 
-    calls: list[dict[str, Any]] = []
-    monkeypatch.setattr(uvicorn, "run", lambda *args, **kwargs: calls.append(kwargs))
+    def run_server(config: Any, listeners: list[ListenAddress]) -> int:
+        calls.append((config, list(listeners)))
+        return 0
+
+    monkeypatch.setattr(commands, "run_server", run_server)
     # Nothing listens here, so whether the port is free is not the question (test_faults).
     monkeypatch.setattr(commands, "_check_port", lambda host, port: None)
     database = tmp_path / "served.db"
@@ -182,34 +203,49 @@ def test_serve_hands_every_flag_to_the_server(
         elif field != "db_path":
             argv += [flag, text]
     assert cli.main(argv) == 0
-    (call,) = calls
-    assert (call["host"], call["port"], call["workers"]) == ("0.0.0.0", 9001, 3)
-    assert call["factory"] is True
+    ((config, listeners),) = calls
+    assert (config.host, config.port, config.workers) == ("0.0.0.0", 9001, 3)
+    assert config.factory is True
+    assert config.timeout_keep_alive == 9
+    assert config.http == "leasestar.protocol:GuardedHttpToolsProtocol"
+    assert listeners == [ListenAddress("0.0.0.0", 9001), ListenAddress("127.0.0.1", 9464)]
     served = Settings.from_env()  # what create_app_from_env builds in each worker
     assert served.db_path == database
     assert served.read_connections == 3
     assert served.log_format == "text"
     assert served.rate_limit == RateLimit(5, "second")
     assert served.compression is False
+    assert (served.head_timeout, served.keep_alive_timeout, served.max_connections) == (7, 9, 50)
+    assert served.metrics_address == ListenAddress("127.0.0.1", 9464)
+
+
+def test_the_metrics_address_needs_its_own_port(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    database = tmp_path / "served.db"
+    open_for_write(database).close()
+    argv = ["serve", "--db", str(database), "--port", "9300", "--metrics-address", "[::1]:9300"]
+    assert cli.main(argv) == 1
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "leasestar: --metrics-address needs a port other than the API's (9300)"
+    ]
 
 
 def test_workers_auto_is_one_per_core_from_the_flag_and_the_variable(
     tmp_path: Path, environment: dict[str, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import uvicorn
-
     cores = min(os.cpu_count() or 1, 64)
     environment["LEASESTAR_WORKERS"] = "AUTO"
     assert Settings.from_env().workers == cores
     del environment["LEASESTAR_WORKERS"]
-    calls: list[dict[str, Any]] = []
-    monkeypatch.setattr(uvicorn, "run", lambda *args, **kwargs: calls.append(kwargs))
+    calls: list[Any] = []
+    monkeypatch.setattr(commands, "run_server", lambda config, listeners: calls.append(config) or 0)
     # Nothing listens here, so whether the port is free is not the question (test_faults).
     monkeypatch.setattr(commands, "_check_port", lambda host, port: None)
     database = tmp_path / "served.db"
     open_for_write(database).close()
     assert cli.main(["serve", "--db", str(database), "--workers", "auto"]) == 0
-    assert [call["workers"] for call in calls] == [cores]
+    assert [config.workers for config in calls] == [cores]
 
 
 # --- invalid values ---------------------------------------------------------------------

@@ -33,6 +33,7 @@ import brotli
 import pytest
 from litestar.testing import AsyncTestClient
 
+from leasestar import commands
 from leasestar.applicants.records import Applicant
 from leasestar.applicants.writer import ApplicantWriter
 from leasestar.cli import main
@@ -46,6 +47,7 @@ from tests.test_hardening import (
     free_port,
     leasestar_command,
     new_token,
+    parse_response,
     query_one,
     serve,
 )
@@ -273,13 +275,7 @@ def read_response(connection: socket.socket) -> tuple[int, dict[str, str], bytes
     received = bytearray()
     while chunk := connection.recv(1 << 16):
         received += chunk
-    head, _, body = bytes(received).partition(b"\r\n\r\n")
-    status_line, *lines = head.decode("latin-1").split("\r\n")
-    headers = {}
-    for line in lines:
-        name, _, value = line.partition(":")
-        headers[name.strip().lower()] = value.strip()
-    return int(status_line.split()[1]), headers, body
+    return parse_response(bytes(received))
 
 
 @pytest.fixture
@@ -370,9 +366,7 @@ WRITERS = ("seed", "import", "token-create", "serve")
 def command_line(command: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """COMMANDS[command] ready to run in this process (a `serve` that got as far as
     serving would fail the test)."""
-    import uvicorn
-
-    monkeypatch.setattr(uvicorn, "run", lambda *args, **kwargs: pytest.fail("served"))
+    monkeypatch.setattr(commands, "run_server", lambda *args, **kwargs: pytest.fail("served"))
     source = tmp_path / "in.ndjson"
     source.write_bytes(json.dumps({**MINIMAL, "x_id": "FAULT"}).encode() + b"\n")
     return [str(source) if part == "IMPORT" else part for part in COMMANDS[command]]

@@ -39,6 +39,7 @@ from leasestar.auth import create_token
 from leasestar.config import Settings
 from leasestar.database import open_for_write
 from leasestar.main import create_app
+from tests.conftest import TEST_CLIENT_ADDRESS
 from tests.contract import ERROR_CODES, LIST_ONLY_PARAMETERS, SHARED_PARAMETERS
 
 # Examples per (operation, positive/negative): bounded so the whole module stays well
@@ -107,7 +108,10 @@ def assert_error_body(status: int, body: bytes) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def api_schema(fuzz_db: Path) -> OpenApiSchema:
-    app = create_app(Settings(db_path=fuzz_db, log_format="off"))
+    # /metrics served to the in-process client as on a metrics address (port 80).
+    app = create_app(
+        Settings(db_path=fuzz_db, log_format="off", metrics_address=TEST_CLIENT_ADDRESS)
+    )
     return schemathesis.openapi.from_asgi("/schema/openapi.json", app)
 
 

@@ -105,6 +105,7 @@ class Server:
     port: int
     process: subprocess.Popen[bytes]
     stderr: Path
+    metrics_url: str | None = None  # where /metrics is served, when asked for
 
     def log(self) -> str:
         return self.stderr.read_text(encoding="utf-8", errors="replace")
@@ -136,9 +137,17 @@ def stop(process: subprocess.Popen[bytes]) -> int:
 
 
 @contextmanager
-def serve(db: Path, *flags: str, env: dict[str, str] | None = None) -> Iterator[Server]:
-    """`leasestar serve --db DB FLAGS` on a free port, stderr to a file; stopped on exit."""
+def serve(
+    db: Path, *flags: str, env: dict[str, str] | None = None, metrics: bool = False
+) -> Iterator[Server]:
+    """`leasestar serve --db DB FLAGS` on a free port, stderr to a file; stopped on exit.
+    With `metrics`, /metrics is served on a second free port (`Server.metrics_url`)."""
     port = free_port()
+    metrics_url = None
+    if metrics:
+        metrics_port = free_port()
+        flags = (*flags, "--metrics-address", f"127.0.0.1:{metrics_port}")
+        metrics_url = f"http://127.0.0.1:{metrics_port}/metrics"
     stderr = db.with_name(f"serve-{port}.stderr")
     with stderr.open("wb") as err, open(os.devnull, "wb") as out:
         process = subprocess.Popen(
@@ -148,7 +157,7 @@ def serve(db: Path, *flags: str, env: dict[str, str] | None = None) -> Iterator[
             stdout=out,
             stderr=err,
         )
-    server = Server(f"http://127.0.0.1:{port}", port, process, stderr)
+    server = Server(f"http://127.0.0.1:{port}", port, process, stderr, metrics_url)
     try:
         wait_until_healthy(server)
         yield server
@@ -163,8 +172,13 @@ def raw_request(port: int, head: bytes, timeout: float = 10) -> tuple[int, dict[
         received = b""
         while chunk := connection.recv(65536):
             received += chunk
-    header_block, _, body = received.partition(b"\r\n\r\n")
-    status_line, *lines = header_block.decode("latin-1").split("\r\n")
+    return parse_response(received)
+
+
+def parse_response(raw: bytes) -> tuple[int, dict[str, str], bytes]:
+    """Status, headers (names in lower case) and body of one raw HTTP/1.1 response."""
+    head, _, body = raw.partition(b"\r\n\r\n")
+    status_line, *lines = head.decode("latin-1").split("\r\n")
     headers = {}
     for line in lines:
         name, _, value = line.partition(":")

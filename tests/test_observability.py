@@ -20,6 +20,7 @@ from leasestar.database import open_for_write
 from leasestar.main import create_app
 from leasestar.observability import access_logger
 from leasestar.seed.generator import synthetic_applicants
+from tests.conftest import TEST_CLIENT_ADDRESS
 
 Client = AsyncTestClient  # type: ignore[type-arg]
 GENERATED_ID = re.compile(r"[0-9a-f]{32}")
@@ -48,7 +49,9 @@ def access_log() -> list[str]:
 async def _app_client(
     db: Path, token: str, log_format: LogFormat, lines: list[str]
 ) -> AsyncIterator[Client]:
-    app = create_app(Settings(db_path=db, log_format=log_format))
+    app = create_app(
+        Settings(db_path=db, log_format=log_format, metrics_address=TEST_CLIENT_ADDRESS)
+    )
     # create_app configures the access logger afresh; listen beside its own handler.
     handler = _Lines(lines)
     access_logger.addHandler(handler)

@@ -241,7 +241,7 @@ async def test_every_error_status_is_documented_with_the_error_body(document: Do
         LIST: {400, 401, 405, 414, 429, 431, 500},
         RECORD: {400, 401, 404, 405, 414, 429, 431, 500},
         HEALTH: {400, 405, 414, 431, 500, 503},
-        METRICS: {400, 405, 414, 431, 500},
+        METRICS: {400, 404, 405, 414, 431, 500},
     }
     for path, statuses in expected.items():
         documented = document["paths"][path]["get"]["responses"]

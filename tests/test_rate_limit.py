@@ -19,6 +19,7 @@ from litestar.testing import AsyncTestClient
 from leasestar.cli import build_parser
 from leasestar.config import DEFAULT_RATE_LIMIT, RateLimit, Settings, SettingsError
 from leasestar.main import create_app
+from tests.conftest import TEST_CLIENT_ADDRESS
 from tests.test_fuzz import assert_error_body
 from tests.test_hardening import clean_env, copy_database, new_token, query_one, serve
 
@@ -38,7 +39,12 @@ def seeded_db(seeded_copy: Path) -> Path:
 async def limited(seeded_db: Path) -> AsyncIterator[Client]:
     """The app with a budget of LIMIT requests a minute per token; no default token."""
     app = create_app(
-        Settings(db_path=seeded_db, rate_limit=RateLimit(LIMIT, "minute"), log_format="off")
+        Settings(
+            db_path=seeded_db,
+            rate_limit=RateLimit(LIMIT, "minute"),
+            log_format="off",
+            metrics_address=TEST_CLIENT_ADDRESS,
+        )
     )
     async with AsyncTestClient(app=app) as client:
         yield client

@@ -75,10 +75,16 @@ class Node:
     port: int
     process: subprocess.Popen[bytes] | None = None
     log: Path | None = None
+    metrics_port: int = field(default_factory=free_port)
 
     @property
     def base(self) -> str:
         return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def metrics_base(self) -> str:
+        """Where the node serves /metrics (--metrics-address; never on the API's port)."""
+        return f"http://127.0.0.1:{self.metrics_port}"
 
     def health(self) -> dict[str, Any]:
         response = httpx.get(f"{self.base}/health", timeout=5)
@@ -133,6 +139,8 @@ def start_serving(node: Node, *args: str) -> None:
                 "off",
                 "--log-format",
                 "off",
+                "--metrics-address",
+                f"127.0.0.1:{node.metrics_port}",
                 *args,
             ],
             env=clean_env(),
@@ -427,11 +435,11 @@ def test_health_and_metrics_report_the_lag(topology: Topology) -> None:
         )
         assert status["served_txid"] == status["store_txid"] > 0
         assert status["change_seq"] == change_seq(topology.primary.database)
-        metrics = httpx.get(f"{replica.base}/metrics", timeout=5).text
+        metrics = httpx.get(f"{replica.metrics_base}/metrics", timeout=5).text
         assert "leasestar_replica_transactions_behind 0.0" in metrics
         assert "leasestar_replica_store_up 1.0" in metrics
         assert "leasestar_replica_lag_seconds 0.0" in metrics
-    assert "leasestar_replica" not in httpx.get(f"{topology.primary.base}/metrics").text
+    assert "leasestar_replica" not in httpx.get(f"{topology.primary.metrics_base}/metrics").text
 
 
 def test_lag_is_how_long_the_store_has_held_more() -> None:

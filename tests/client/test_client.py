@@ -114,7 +114,7 @@ def served(tmp_path: Path, seeded_template: Path) -> Iterator[tuple[Server, Path
     """A server of its own per test (the tests write), its database and a token."""
     db = copy_database(seeded_template, tmp_path / "leasestar.db")
     token = new_token(db, "client")
-    with serve(db, "--log-format", "json", "--rate-limit", "off") as server:
+    with serve(db, "--log-format", "json", "--rate-limit", "off", metrics=True) as server:
         yield server, db, token
 
 
@@ -124,7 +124,8 @@ LIST_ROUTE = "/v1/applicants"
 
 def statuses(server: Server, route: str) -> Counter[int]:
     """How many answers of each status the server gave on `route`, from its /metrics."""
-    text = httpx.get(f"{server.base_url}/metrics", timeout=10).text
+    assert server.metrics_url is not None
+    text = httpx.get(server.metrics_url, timeout=10).text
     counts: Counter[int] = Counter()
     for line in text.splitlines():
         match = re.fullmatch(r"leasestar_http_requests_total\{(.*)\} ([0-9.e+]+)", line)
