@@ -268,7 +268,7 @@ async def test_the_async_client(served: tuple[Server, Path, str]) -> None:
 def test_a_429_is_waited_out(tmp_path: Path, seeded_template: Path) -> None:
     db = copy_database(seeded_template, tmp_path / "leasestar.db")
     token = new_token(db, "limited")
-    with serve(db, "--log-format", "json", "--rate-limit", "4/second") as server:
+    with serve(db, "--log-format", "json", "--rate-limit", "4/second", metrics=True) as server:
         with Client(server.base_url, token) as client:
             walked = [applicant.id for applicant in client.applicants.list(limit=25)]
         assert sorted(walked) == ids_where(db)
