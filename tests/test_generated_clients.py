@@ -29,6 +29,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.client.test_client import ids_ordered, max_change_seq
 from tests.test_hardening import ROOT, Server, copy_database, new_token, serve
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -63,14 +64,6 @@ def document(served: tuple[Server, Path, str], tmp_path_factory: pytest.TempPath
     return path
 
 
-def ids_in(db: Path, order: str) -> list[str]:
-    connection = sqlite3.connect(db)
-    try:
-        return [row[0] for row in connection.execute(f"SELECT id FROM applicants ORDER BY {order}")]
-    finally:
-        connection.close()
-
-
 def scalar(db: Path, sql: str) -> Any:
     connection = sqlite3.connect(db)
     try:
@@ -82,9 +75,9 @@ def scalar(db: Path, sql: str) -> Any:
 def assert_walked(db: Path, seen: dict[str, Any]) -> None:
     """What both walkers must have seen (they make the same requests)."""
     # SQLite's BINARY order of UTF-8 text is code point order, the API's; nulls first.
-    assert seen["walk"] == ids_in(db, "last_name, first_name, id")
-    assert seen["sync"] == ids_in(db, "change_seq")
-    assert seen["change_seq"] == scalar(db, "SELECT max(change_seq) FROM applicants")
+    assert seen["walk"] == ids_ordered(db, "last_name, first_name, id")
+    assert seen["sync"] == ids_ordered(db, "change_seq")
+    assert seen["change_seq"] == max_change_seq(db)
     # Served instants are `YYYY-MM-DDTHH:MM:SS.mmmZ`, which sort as text.
     assert seen["updated_since_2023"] == scalar(
         db, "SELECT count(*) FROM applicants WHERE json_extract(body, '$.updated_at') >= '2023'"

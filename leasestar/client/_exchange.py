@@ -24,18 +24,18 @@ import httpx
 import msgspec
 
 from leasestar.client.errors import error_for
-from leasestar.client.records import ApplicantList, ApplicantSingle
+from leasestar.client.records import Applicant, ApplicantList, ApplicantSingle
 
 APPLICANTS: str = "/v1/applicants"
+NDJSON: str = "application/x-ndjson"
 Instant = datetime | date | str
 
 
-class ListFilters(TypedDict, total=False):
-    """The filters and ordering of a list walk; every one optional (README, "Query
+class StreamFilters(TypedDict, total=False):
+    """The filters and ordering of a list; every one optional (README, "Query
     parameters"). Instants take a datetime (naive means UTC), a date or ISO 8601 text."""
 
     order_by: str
-    limit: int
     integration_id: str
     integration_vendor: str
     property_id: str
@@ -49,8 +49,15 @@ class ListFilters(TypedDict, total=False):
     last_seen_lte: Instant
 
 
+class ListFilters(StreamFilters, total=False):
+    """A list walked page by page: the filters, and the page size."""
+
+    limit: int
+
+
 class SyncFilters(TypedDict, total=False):
-    """What a sync may narrow by: the fields a record never changes."""
+    """What a sync may narrow by (the fields a record never changes), and its page size
+    (ignored by a streamed sync, which is one answer)."""
 
     limit: int
     integration_id: str
@@ -149,8 +156,35 @@ def next_query(page: ApplicantList) -> dict[str, str] | None:
     return None
 
 
-def sync_query(since: int, filters: SyncFilters) -> dict[str, str]:
-    return query_of({**filters, "changed_since": since})
+def sync_query(
+    since: int, filters: SyncFilters, *, wait: int | None = None, stream: bool = False
+) -> dict[str, str]:
+    """The first request of a sync: the feed after `since`, a long poll with `wait`."""
+    query = query_of({**filters, "changed_since": since, "wait": wait})
+    if stream:
+        query.pop("limit", None)  # one answer holds the whole feed: no page size
+    return query
+
+
+class StreamMark(msgspec.Struct, frozen=True):
+    """A sync stream's own line: every record up to this change sequence has been sent."""
+
+    change_seq: int = msgspec.field(name="changeSeq")
+
+
+_mark_decoder = msgspec.json.Decoder(StreamMark)
+_record_decoder = msgspec.json.Decoder(Applicant)
+_MARK_PREFIX = '{"changeSeq":'
+
+
+def stream_item(line: str) -> Applicant | StreamMark | None:
+    """One line of an NDJSON stream: a record, a sequence mark, or nothing (blank)."""
+    if not line:
+        return None
+    # Records never hold a changeSeq key, and the server writes marks with it first.
+    if line.startswith(_MARK_PREFIX):
+        return _mark_decoder.decode(line)
+    return _record_decoder.decode(line)
 
 
 class Options(TypedDict, total=False):
@@ -179,11 +213,24 @@ class Exchange:
         self.headers = {"Authorization": f"Bearer {token}", "Accept": "application/json"}
 
     def build(
-        self, http: httpx.Client | httpx.AsyncClient, path: str, query: Mapping[str, str]
+        self,
+        http: httpx.Client | httpx.AsyncClient,
+        path: str,
+        query: Mapping[str, str],
+        *,
+        stream: bool = False,
     ) -> httpx.Request:
-        """The GET, revalidating the kept answer to the same URL if there is one."""
-        request = http.build_request("GET", path, params=query)
-        etag = self.cache.etag(str(request.url))
+        """The GET: revalidating the kept answer to the same URL if there is one, or
+        asking for the NDJSON stream. A long poll gets its wait on top of the timeout."""
+        wait = float(query.get("wait", 0))
+        request = http.build_request(
+            "GET",
+            path,
+            params=query,
+            headers={"Accept": NDJSON} if stream else None,
+            timeout=self.timeout + wait if wait else httpx.USE_CLIENT_DEFAULT,
+        )
+        etag = None if stream else self.cache.etag(str(request.url))
         if etag is not None:
             request.headers["If-None-Match"] = etag
         return request

@@ -15,6 +15,8 @@ from leasestar.client._exchange import (
     Exchange,
     ListFilters,
     Options,
+    StreamFilters,
+    StreamMark,
     SyncFilters,
     Wait,
     list_decoder,
@@ -22,6 +24,7 @@ from leasestar.client._exchange import (
     query_of,
     record_path,
     single_decoder,
+    stream_item,
     sync_query,
 )
 from leasestar.client.records import Applicant, ApplicantList
@@ -47,6 +50,26 @@ class AsyncClient:
             await asyncio.sleep(outcome.seconds)
         raise AssertionError("unreachable")  # pragma: no cover - count() never ends
 
+    async def stream(
+        self, path: str, query: dict[str, str]
+    ) -> AsyncIterator[Applicant | StreamMark]:
+        """The items of an NDJSON stream, as they arrive (after any 429 waits)."""
+        for attempt in count():
+            request = self._exchange.build(self._http, path, query, stream=True)
+            response = await self._http.send(request, stream=True)
+            try:
+                if response.is_success:
+                    async for line in response.aiter_lines():
+                        if (item := stream_item(line)) is not None:
+                            yield item
+                    return
+                await response.aread()
+                outcome = self._exchange.read(request, response, attempt)
+            finally:
+                await response.aclose()
+            if isinstance(outcome, Wait):
+                await asyncio.sleep(outcome.seconds)
+
     async def aclose(self) -> None:
         await self._http.aclose()
 
@@ -65,12 +88,29 @@ class AsyncClient:
 class AsyncChangeFeed:
     """`leasestar.client.ChangeFeed` for asyncio: `async for` it, then keep `change_seq`."""
 
-    def __init__(self, client: AsyncClient, since: int, filters: SyncFilters) -> None:
+    def __init__(
+        self,
+        client: AsyncClient,
+        since: int,
+        filters: SyncFilters,
+        *,
+        wait: int | None,
+        stream: bool,
+    ) -> None:
         self.change_seq = since
-        self._pages = _walk(client, sync_query(since, filters))
+        self._client = client
+        self._query = sync_query(since, filters, wait=wait, stream=stream)
+        self._stream = stream
 
     async def __aiter__(self) -> AsyncIterator[Applicant]:
-        async for page in self._pages:
+        if self._stream:
+            async for item in self._client.stream(APPLICANTS, self._query):
+                if isinstance(item, StreamMark):
+                    self.change_seq = item.change_seq
+                else:
+                    yield item
+            return
+        async for page in _walk(self._client, self._query):
             for applicant in page.results:
                 yield applicant
             if isinstance(page.meta.change_seq, int):
@@ -99,9 +139,23 @@ class AsyncApplicants:
         """Every page of the list, by cursor: no skips or repeats while data is written."""
         return _walk(self._client, query_of(filters))
 
-    def changes(self, since: int = 0, **filters: Unpack[SyncFilters]) -> AsyncChangeFeed:
-        """The records written after change sequence `since` (0: all of them)."""
-        return AsyncChangeFeed(self._client, since, filters)
+    def changes(
+        self,
+        since: int = 0,
+        *,
+        wait: int | None = None,
+        stream: bool = False,
+        **filters: Unpack[SyncFilters],
+    ) -> AsyncChangeFeed:
+        """The records written after change sequence `since` (0: all of them): by pages,
+        or one NDJSON stream with `stream=True`; a long poll with `wait` (seconds)."""
+        return AsyncChangeFeed(self._client, since, filters, wait=wait, stream=stream)
+
+    async def stream(self, **filters: Unpack[StreamFilters]) -> AsyncIterator[Applicant]:
+        """Every applicant matching the filters in one NDJSON answer (one snapshot)."""
+        async for item in self._client.stream(APPLICANTS, query_of(filters)):
+            if not isinstance(item, StreamMark):
+                yield item
 
     async def list(self, **filters: Unpack[ListFilters]) -> AsyncIterator[Applicant]:
         """Every applicant matching the filters, walking the pages by cursor."""

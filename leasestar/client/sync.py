@@ -15,6 +15,8 @@ from leasestar.client._exchange import (
     Exchange,
     ListFilters,
     Options,
+    StreamFilters,
+    StreamMark,
     SyncFilters,
     Wait,
     list_decoder,
@@ -22,6 +24,7 @@ from leasestar.client._exchange import (
     query_of,
     record_path,
     single_decoder,
+    stream_item,
     sync_query,
 )
 from leasestar.client.records import Applicant, ApplicantList
@@ -48,6 +51,24 @@ class Client:
             time.sleep(outcome.seconds)
         raise AssertionError("unreachable")  # pragma: no cover - count() never ends
 
+    def stream(self, path: str, query: dict[str, str]) -> Iterator[Applicant | StreamMark]:
+        """The items of an NDJSON stream, as they arrive (after any 429 waits)."""
+        for attempt in count():
+            request = self._exchange.build(self._http, path, query, stream=True)
+            response = self._http.send(request, stream=True)
+            try:
+                if response.is_success:
+                    for line in response.iter_lines():
+                        if (item := stream_item(line)) is not None:
+                            yield item
+                    return
+                response.read()
+                outcome = self._exchange.read(request, response, attempt)
+            finally:
+                response.close()
+            if isinstance(outcome, Wait):
+                time.sleep(outcome.seconds)
+
     def close(self) -> None:
         self._http.close()
 
@@ -67,17 +88,29 @@ class ChangeFeed:
     """The records written after a change sequence, oldest write first.
 
     Iterate it for the records; `change_seq` is then the sequence to keep and pass as
-    `since` next time. It moves when every record of a page has been taken, so a
-    consumer stopped part way keeps an earlier sequence and is given the rest again
-    (at least once: apply records as upserts by `id`).
+    `since` next time. It moves when every record up to it has been taken (a page's
+    worth, or a streamed sync's 1,000), so a consumer stopped part way keeps an earlier
+    sequence and is given the rest again (at least once: apply records as upserts by
+    `id`).
     """
 
-    def __init__(self, client: Client, since: int, filters: SyncFilters) -> None:
+    def __init__(
+        self, client: Client, since: int, filters: SyncFilters, *, wait: int | None, stream: bool
+    ) -> None:
         self.change_seq = since
-        self._pages = _walk(client, sync_query(since, filters))
+        self._client = client
+        self._query = sync_query(since, filters, wait=wait, stream=stream)
+        self._stream = stream
 
     def __iter__(self) -> Iterator[Applicant]:
-        for page in self._pages:
+        if self._stream:
+            for item in self._client.stream(APPLICANTS, self._query):
+                if isinstance(item, StreamMark):
+                    self.change_seq = item.change_seq
+                else:
+                    yield item
+            return
+        for page in _walk(self._client, self._query):
             yield from page.results
             if isinstance(page.meta.change_seq, int):
                 self.change_seq = page.meta.change_seq
@@ -104,9 +137,24 @@ class Applicants:
         """Every page of the list, by cursor: no skips or repeats while data is written."""
         return _walk(self._client, query_of(filters))
 
-    def changes(self, since: int = 0, **filters: Unpack[SyncFilters]) -> ChangeFeed:
-        """The records written after change sequence `since` (0: all of them)."""
-        return ChangeFeed(self._client, since, filters)
+    def changes(
+        self,
+        since: int = 0,
+        *,
+        wait: int | None = None,
+        stream: bool = False,
+        **filters: Unpack[SyncFilters],
+    ) -> ChangeFeed:
+        """The records written after change sequence `since` (0: all of them): read page by
+        page, or as one NDJSON stream with `stream=True`; with `wait` (seconds, up to 60),
+        a long poll that waits for a write when nothing is new."""
+        return ChangeFeed(self._client, since, filters, wait=wait, stream=stream)
+
+    def stream(self, **filters: Unpack[StreamFilters]) -> Iterator[Applicant]:
+        """Every applicant matching the filters in one NDJSON answer (one snapshot)."""
+        for item in self._client.stream(APPLICANTS, query_of(filters)):
+            if not isinstance(item, StreamMark):
+                yield item
 
     def list(self, **filters: Unpack[ListFilters]) -> Iterator[Applicant]:
         """Every applicant matching the filters, walking the pages by cursor."""

@@ -12,6 +12,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import threading
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,6 +21,7 @@ import httpx
 import msgspec
 import pytest
 
+from leasestar.applicants.pipeline import write_records
 from leasestar.client import (
     Applicant,
     AsyncClient,
@@ -29,6 +31,8 @@ from leasestar.client import (
     RateLimited,
     Unauthorized,
 )
+from leasestar.database import open_for_write
+from leasestar.seed.generator import synthetic_applicants
 from tests.test_hardening import (
     ROOT,
     Server,
@@ -47,6 +51,15 @@ def ids_where(db: Path, where: str = "1", *params: object) -> list[str]:
     try:
         rows = connection.execute(f"SELECT id FROM applicants WHERE {where}", params)
         return sorted(row[0] for row in rows)
+    finally:
+        connection.close()
+
+
+def ids_ordered(db: Path, order: str) -> list[str]:
+    """Every id in this SQL order (BINARY: code point order, the API's; nulls first)."""
+    connection = sqlite3.connect(db)
+    try:
+        return [row[0] for row in connection.execute(f"SELECT id FROM applicants ORDER BY {order}")]
     finally:
         connection.close()
 
@@ -247,6 +260,81 @@ def test_a_sync_resumes_after_the_client_is_stopped(
         assert idle.change_seq == feed.change_seq
 
 
+@pytest.fixture
+def big_served(tmp_path: Path) -> Iterator[tuple[Server, Path, str]]:
+    """2,500 applicants: a streamed sync marks its sequence after each 1,000."""
+    db = tmp_path / "leasestar.db"
+    connection = open_for_write(db)
+    try:
+        write_records(connection, synthetic_applicants(2500, seed=11))
+    finally:
+        connection.close()
+    token = new_token(db, "streams")
+    with serve(db, "--rate-limit", "off") as server:
+        yield server, db, token
+
+
+def seq_at(db: Path, position: int) -> int:
+    """The change sequence of the `position`-th record (1-based) in change order."""
+    connection = sqlite3.connect(db)
+    try:
+        return int(
+            connection.execute(
+                "SELECT change_seq FROM applicants ORDER BY change_seq LIMIT 1 OFFSET ?",
+                (position - 1,),
+            ).fetchone()[0]
+        )
+    finally:
+        connection.close()
+
+
+def test_a_streamed_sync_cut_short_resumes_from_its_last_mark(
+    big_served: tuple[Server, Path, str],
+) -> None:
+    server, db, token = big_served
+    in_change_order = ids_ordered(db, "change_seq")
+    with Client(server.base_url, token) as client:
+        feed = client.applicants.changes(stream=True, limit=50)  # no page size in a stream
+        taken = []
+        for applicant in feed:
+            taken.append(applicant.id)
+            if len(taken) == 1500:
+                break  # the consumer stops: the stream is cut
+        assert taken == in_change_order[:1500]
+        assert feed.change_seq == seq_at(db, 1000)  # the last mark it received
+        rest = client.applicants.changes(since=feed.change_seq, stream=True)
+        resumed = [applicant.id for applicant in rest]
+        assert resumed == in_change_order[1000:]
+        assert rest.change_seq == max_change_seq(db)
+        # A streamed list: every match, in the order asked, in one answer.
+        streamed = [a.id for a in client.applicants.stream(order_by="last_name,first_name")]
+        assert streamed == ids_ordered(db, "last_name, first_name, id")
+        with pytest.raises(InvalidRequest) as refused:
+            next(client.applicants.stream(limit=5))  # type: ignore[call-arg]
+        assert refused.value.details.parameter == "limit"
+
+
+def test_a_long_poll_answers_with_the_write_it_waited_for(
+    served: tuple[Server, Path, str],
+) -> None:
+    server, db, token = served
+    since = max_change_seq(db)
+    with Client(server.base_url, token) as client:
+        idle = client.applicants.changes(since=since, wait=1)
+        assert list(idle) == []
+        assert idle.change_seq == since
+        # The import lands before or during the poll: either way the poll returns it.
+        writer = threading.Thread(target=run_import, args=(db, new_lines(3, "polled")))
+        writer.start()
+        try:
+            feed = client.applicants.changes(since=since, wait=30)
+            polled = [applicant.x_id for applicant in feed]
+        finally:
+            writer.join(timeout=120)
+    assert sorted(polled) == [f"polled-{n}" for n in range(3)]
+    assert feed.change_seq == max_change_seq(db)
+
+
 async def test_the_async_client(served: tuple[Server, Path, str]) -> None:
     server, db, token = served
     async with AsyncClient(server.base_url, token) as client:
@@ -259,6 +347,11 @@ async def test_the_async_client(served: tuple[Server, Path, str]) -> None:
         synced = [applicant.id async for applicant in feed]
         assert sorted(synced) == ids_where(db)
         assert feed.change_seq == max_change_seq(db)
+        streamed = [applicant.id async for applicant in client.applicants.stream()]
+        assert sorted(streamed) == ids_where(db)
+        streamed_sync = client.applicants.changes(since=0, stream=True)
+        assert [a.id async for a in streamed_sync] == ids_ordered(db, "change_seq")
+        assert streamed_sync.change_seq == max_change_seq(db)
         with pytest.raises(InvalidRequest) as invalid:
             await client.applicants.list(order_by="nope").__anext__()
         assert invalid.value.details.parameter == "order-by"
