@@ -137,16 +137,7 @@ _RECORD_START: Final = b'{"id":"'
 
 def last_record(joined: bytes) -> tuple[int, SortValues | None]:
     """Where the last record of comma-joined served records begins, and its sort values
-    (None when `joined` is empty).
-
-    Each record begins with `{"id":"`. The same bytes cannot occur inside a JSON string
-    (its quotes would be escaped) but can open an object nested in a record
-    (`custom_data`); from such a place, though, the rest of the text is not one record:
-    the enclosing record's closing brackets follow it, so decoding fails. The last
-    place after a comma (or the very start) from which the rest decodes as one record
-    is therefore where the last record begins. Costs one search and usually one decode,
-    which `key_values` would do anyway, instead of SQL handing over every row's length.
-    """
+    (None when `joined` is empty): docs/list-planning.md, "The next cursor"."""
     position = joined.rfind(_RECORD_START)
     while position > 0:
         if joined[position - 1] == 0x2C:  # ","
