@@ -93,6 +93,16 @@ CREATE TABLE IF NOT EXISTS sync_state (
 INSERT OR IGNORE INTO sync_state (singleton, change_seq, cursor_key)
     VALUES (1, CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER), randomblob(32));
 
+-- Per integration, the change sequence of the last write to one of its applicants,
+-- moved by the writer in the same transaction as the rows. A scoped token's ETags are
+-- keyed by the largest of its integrations' (`plan.scope_version`), so another tenant's
+-- writes never change what a scoped token is told (issue 18): one lookup per integration
+-- of this small table, as cheap as reading sync_state.
+CREATE TABLE IF NOT EXISTS integration_versions (
+    integration_id TEXT    NOT NULL PRIMARY KEY,
+    change_seq     INTEGER NOT NULL
+) WITHOUT ROWID;
+
 -- API tokens, `lst_<token_id>_<secret>`. Only the SHA-256 of the whole token is stored;
 -- the token itself is shown once. Lookup is by the public token_id, then the hashes are
 -- compared in constant time, so timing tells nothing about any secret.

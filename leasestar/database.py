@@ -31,7 +31,15 @@ from typing import Any, Final
 
 import aiosqlite
 
-SCHEMA_VERSION: Final = 1
+SCHEMA_VERSION: Final = 2
+# What an existing database of an older version needs beyond schema.sql's CREATE ... IF
+# NOT EXISTS, by the version that brings it; run once, in the transaction that applies
+# the schema.
+MIGRATIONS: Final[dict[int, str]] = {
+    # integration_versions, filled from the rows already stored.
+    2: "INSERT OR REPLACE INTO integration_versions (integration_id, change_seq) "
+    "SELECT integration_id, max(change_seq) FROM applicants GROUP BY integration_id;",
+}
 SQLITE_HEADER: Final = b"SQLite format 3\x00"
 _HEADER_BYTES: Final = 100  # the database header, before the first page's content
 BUSY_TIMEOUT_MS: Final = 10_000
@@ -180,6 +188,7 @@ def open_for_write(path: Path) -> sqlite3.Connection:
     anything, so nothing of the user's is ever overwritten.
     """
     existed = _check_file(path, must_exist=False)
+    version = 0
     try:
         connection = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
     except sqlite3.Error as error:
@@ -208,8 +217,11 @@ def open_for_write(path: Path) -> sqlite3.Connection:
         # took 67 s instead of 234 s, and the index rebuild alone 40 s instead of 178 s.
         connection.execute(f"PRAGMA page_size = {PAGE_SIZE}")
         connection.execute("PRAGMA journal_mode = WAL")
+        migrations = "".join(MIGRATIONS.get(v, "") for v in range(version + 1, SCHEMA_VERSION + 1))
         connection.executescript(
-            "BEGIN IMMEDIATE;" + schema_sql() + f";PRAGMA user_version = {SCHEMA_VERSION};COMMIT;"
+            "BEGIN IMMEDIATE;"
+            + schema_sql()
+            + f";{migrations}PRAGMA user_version = {SCHEMA_VERSION};COMMIT;"
         )
     except DatabaseError:
         connection.close()

@@ -14,6 +14,7 @@ import json
 import re
 import select
 import socket
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -30,6 +31,7 @@ from tests.test_hardening import (
     ROOT,
     Server,
     copy_database,
+    leasestar_command,
     new_token,
     parse_response,
     query_one,
@@ -324,6 +326,89 @@ def test_past_the_connection_cap_a_request_gets_503_with_the_error_body(
                 break
             time.sleep(0.1)
         assert status == 200
+
+
+# --- 3. nothing crosses tenants --------------------------------------------------------------
+
+
+def _import(db: Path, lines: list[bytes]) -> None:
+    """`leasestar import` in its own process, as a deployment's writer runs it."""
+    source = db.with_name(f"import-{time.monotonic_ns()}.ndjson")
+    source.write_bytes(b"\n".join(lines) + b"\n")
+    done = subprocess.run(
+        [*leasestar_command(), "import", "--db", str(db), str(source)],
+        capture_output=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+
+
+def _changed_records(db: Path, integration: str, count: int) -> list[bytes]:
+    """`count` stored records of `integration`, each with a new first name."""
+    exported = subprocess.run(
+        [*leasestar_command(), "export", "--db", str(db)],
+        capture_output=True,
+        timeout=120,
+        check=True,
+    ).stdout.splitlines()
+    records = [json.loads(line) for line in exported]
+    chosen = [r for r in records if r["integration_id"] == integration][:count]
+    assert len(chosen) == count
+    for record in chosen:
+        record["first_name"] = f"Changed {time.monotonic_ns()}"
+        record.pop("updated_at")  # a changed field moves it, as a real source's would
+    return [json.dumps(record).encode() for record in chosen]
+
+
+def test_a_scoped_tokens_view_is_unchanged_by_another_tenants_import(
+    network_db: Path, tmp_path: Path
+) -> None:
+    """ETags, meta (totals, cursors, the sync feed's changeSeq) and 304s of a token scoped
+    to integration A hold still while only integration B is written; A's own writes move
+    them."""
+    db = copy_database(network_db, tmp_path / "tenants.db")
+    tenant_a = query_one(db, "SELECT min(integration_id) FROM applicants")
+    tenant_b = query_one(db, "SELECT max(integration_id) FROM applicants")
+    a_record = query_one(db, f"SELECT id FROM applicants WHERE integration_id = '{tenant_a}'")
+    scoped = new_token(db, "tenant-a", tenant_a)
+    everyone = new_token(db, "everyone")
+    urls = [
+        f"{LIST}?limit=5",
+        f"{LIST}?limit=250&changed_since=0",
+        f"{LIST}?limit=3&order-by=last_name",
+        f"{LIST}/{a_record}",
+    ]
+    with (
+        serve(db, "--rate-limit", "off", "--log-format", "off") as up,
+        httpx.Client(base_url=up.base_url, timeout=30) as client,
+    ):
+
+        def view(token: str) -> list[tuple[int, str, bytes]]:
+            answers = [
+                client.get(url, headers={"Authorization": f"Bearer {token}"}) for url in urls
+            ]
+            return [(a.status_code, a.headers["etag"], a.content) for a in answers]
+
+        before, everyone_before = view(scoped), view(everyone)
+        assert {status for status, _, _ in before} == {200}
+        _import(db, _changed_records(db, tenant_b, 5))
+        after = view(scoped)
+        # Byte for byte, ETags included: the import wrote, but nothing A sees.
+        assert after == before
+        assert [etag for _, etag, _ in view(everyone)] != [e for _, e, _ in everyone_before]
+        for url, (_, etag, _) in zip(urls, before, strict=True):
+            revalidated = client.get(
+                url, headers={"Authorization": f"Bearer {scoped}", "If-None-Match": etag}
+            )
+            assert revalidated.status_code == 304, url
+        # A write to A's own data moves A's validators.
+        _import(db, _changed_records(db, tenant_a, 1))
+        moved = client.get(
+            urls[0], headers={"Authorization": f"Bearer {scoped}", "If-None-Match": before[0][1]}
+        )
+        assert moved.status_code == 200
+        assert moved.headers["etag"] != before[0][1]
 
 
 # --- 4. the smaller signals ----------------------------------------------------------------

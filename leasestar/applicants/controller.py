@@ -179,9 +179,11 @@ def _scope(request: Request[TokenHolder, Any, State]) -> frozenset[str] | None:
 
 
 def _etag(request: Request[TokenHolder, Any, State], version: int) -> str:
-    """A validator for this answer: the data version, the request, and the token's scope.
+    """A validator for this answer: the version of what the token sees, the request, and
+    the token's scope.
 
-    Any write moves the version, so an unchanged ETag means unchanged bytes.
+    Any write the token could see moves the version, so an unchanged ETag means unchanged
+    bytes; a scoped token's version moves only with its own integrations' data.
     """
     scope = request.user.integrations
     digest = hashlib.blake2b(digest_size=8)
@@ -197,15 +199,29 @@ def _json(envelope: type[EnvelopeT], body: bytes, etag: str) -> Response[Envelop
     return cast("Response[EnvelopeT]", PreEncodedJSON(body, etag=etag))
 
 
+async def _scope_version(request: Request[TokenHolder, Any, State]) -> int | None:
+    """A scoped token's version (None for an unscoped token, whose ETag takes the data
+    version its page was read at, without a statement more).
+
+    Read before the answer: under a write landing in between, the ETag is older than the
+    bytes (the next revalidation gets them again), never newer (a stale 304).
+    """
+    scope = _scope(request)
+    if scope is None:
+        return None
+    reader: ApplicantReader = request.app.state.reader
+    return await reader.scope_version(scope)
+
+
 async def _not_modified(
-    request: Request[TokenHolder, Any, State], envelope: type[EnvelopeT]
+    request: Request[TokenHolder, Any, State], envelope: type[EnvelopeT], version: int | None
 ) -> Response[EnvelopeT] | None:
     """304 when If-None-Match names the current ETag: no page is read at all."""
     wanted = header_value(request.scope["headers"], b"if-none-match")
     if not wanted:
         return None
     reader: ApplicantReader = request.app.state.reader
-    etag = _etag(request, await reader.data_version())
+    etag = _etag(request, version if version is not None else await reader.data_version())
     if wanted.strip() == "*" or etag in (tag.strip() for tag in wanted.split(",")):
         return cast("Response[EnvelopeT]", PreEncodedJSON(b"", status_code=304, etag=etag))
     return None
@@ -268,7 +284,9 @@ class ApplicantController(Controller):
             return _stream(request, codec)
         query = _list_query(raw, codec)
         wait = parse_wait(dict(_query_pairs(raw)).get("wait"), sync=query.changed_since is not None)
-        if not wait and (not_modified := await _not_modified(request, ApplicantList)) is not None:
+        scoped = await _scope_version(request)
+        not_modified = None if wait else await _not_modified(request, ApplicantList, scoped)
+        if not_modified is not None:
             return not_modified
         reader: ApplicantReader = request.app.state.reader
         page = await reader.fetch_page(query, _scope(request))
@@ -283,7 +301,8 @@ class ApplicantController(Controller):
                 b"]}",
             )
         )
-        return _json(ApplicantList, body, _etag(request, page.data_version))
+        version = page.data_version if scoped is None else scoped
+        return _json(ApplicantList, body, _etag(request, version))
 
     @get(
         "/{id:str}",
@@ -306,9 +325,12 @@ class ApplicantController(Controller):
         # `If-None-Match: *` matches only a record that exists (RFC 9110, 13.1.2): an
         # unknown id, or one outside the token's scope or the date bounds, stays a 404.
         exists = not star or (await reader.fetch_one(id, query, _scope(request)))[0] is not None
-        if exists and (not_modified := await _not_modified(request, ApplicantSingle)) is not None:
+        scoped = await _scope_version(request)
+        not_modified = await _not_modified(request, ApplicantSingle, scoped) if exists else None
+        if not_modified is not None:
             return not_modified
         record, version = await reader.fetch_one(id, query, _scope(request))
+        version = version if scoped is None else scoped
         if record is None:
             raise NotFoundException()
         body = b"".join(

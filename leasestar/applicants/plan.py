@@ -33,6 +33,20 @@ Anchors = tuple[tuple[KeyValue, ...], ...]
 VERSION: Final = "(SELECT change_seq FROM sync_state)"
 DATA_VERSION: Final = SqlFragment(f"SELECT {VERSION}")
 CURSOR_KEY: Final = SqlFragment("SELECT cursor_key FROM sync_state")
+
+
+@lru_cache(maxsize=1024)
+def scope_version(scope: frozenset[str]) -> SqlFragment:
+    """The version of a token scope's data: the change sequence of the last write to one
+    of its integrations' applicants (0 before any), one primary-key lookup each."""
+    marks = ", ".join("?" * len(scope))
+    return SqlFragment(
+        "SELECT coalesce(max(change_seq), 0) FROM integration_versions "
+        f"WHERE integration_id IN ({marks})",
+        tuple(sorted(scope)),
+    )
+
+
 EVERYTHING: Final = SqlFragment("")  # the WHERE of every applicant
 # Deep offsets seek to the nearest checkpoint (every CHECKPOINT_EVERY-th match of a
 # query's filters in its order) instead of stepping over every skipped row.

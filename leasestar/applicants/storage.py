@@ -126,6 +126,15 @@ class ApplicantReader:
         (version,) = await self._row(plan.DATA_VERSION)
         return int(version)
 
+    async def scope_version(self, scope: Scope) -> int:
+        """The version of what `scope` sees: for a scoped token, moved only by writes to
+        its integrations' applicants (another tenant's writes leave it); for an unscoped
+        one, the data version."""
+        if scope is None:
+            return await self.data_version()
+        (version,) = await self._row(plan.scope_version(scope))
+        return int(version)
+
     async def total_rows(self) -> int:
         """Every applicant in the database, counted once per data version."""
         total = self._cached_total(plan.EVERYTHING, await self.data_version())

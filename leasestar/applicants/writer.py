@@ -50,6 +50,12 @@ _COLUMNS: Final = (
     "created_at, updated_at, last_seen, first_name, middle_name, last_name, email_1, "
     "phone_1_digits, date_of_birth, city, state, zip, content_hash, body"
 )
+_MOVE_INTEGRATION_VERSIONS: Final = (
+    "INSERT INTO integration_versions (integration_id, change_seq) "
+    "SELECT integration_id, max(change_seq) FROM applicants WHERE change_seq > ? "
+    "GROUP BY integration_id "
+    "ON CONFLICT (integration_id) DO UPDATE SET change_seq = excluded.change_seq"
+)
 _INSERT: Final = f"INSERT INTO applicants ({_COLUMNS}) VALUES ({', '.join('?' * 21)})"
 _UPDATE: Final = (
     "UPDATE applicants SET "
@@ -115,6 +121,7 @@ class ApplicantWriter:
         self._seen_at = seen_at - seen_at % 1000 if seen_at is not None else now_micros()
         self._seen_text = format_instant(self._seen_at)
         self._change_seq = 0
+        self._first_seq = 0  # the sequence before this transaction's first write
         self._progress = progress
         self._bulk_min_rows = BULK_MIN_ROWS if bulk_min_rows is None else bulk_min_rows
         self._bulk_at = self._bulk_min_rows
@@ -137,6 +144,7 @@ class ApplicantWriter:
         self._db.execute("BEGIN IMMEDIATE")
         try:
             (self._change_seq,) = self._db.execute("SELECT change_seq FROM sync_state").fetchone()
+            self._first_seq = self._change_seq
             # Stored rows, estimated by the largest rowid (no scan of a large table).
             (stored,) = self._db.execute(
                 "SELECT coalesce(max(rowid), 0) FROM applicants"
@@ -161,6 +169,10 @@ class ApplicantWriter:
             try:
                 self._rebuild_indexes()
                 self._db.execute("UPDATE sync_state SET change_seq = ?", (self._change_seq,))
+                if self._change_seq > self._first_seq:
+                    # Each written integration's version: the rows of this transaction,
+                    # found by the change_seq index (kept in bulk mode too).
+                    self._db.execute(_MOVE_INTEGRATION_VERSIONS, (self._first_seq,))
                 if self._progress is not None:
                     self._progress.phase("committing")
                 self._db.execute("COMMIT")

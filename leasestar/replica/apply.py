@@ -170,6 +170,11 @@ def _apply(served: sqlite3.Connection, identity: str, alive: Callable[[], bool])
             (served_seq,),
         )
         rows = cursor.rowcount
+        served.execute(
+            "INSERT OR REPLACE INTO main.integration_versions "
+            "SELECT * FROM followed.integration_versions WHERE change_seq > ?",
+            (served_seq,),
+        )
         served.execute("UPDATE main.sync_state SET change_seq = ?", (followed_seq,))
     (tokens_differ,) = served.execute(
         "SELECT EXISTS (SELECT * FROM main.tokens EXCEPT SELECT * FROM followed.tokens) "
