@@ -200,7 +200,7 @@ APPLICANT_DRAWS = struct.Struct(
     "BBBH B"  # email_null, upper_draw, domain_draw, handle_number, email_2_at_all
     "BBH"  # email_2_null, email_2_domain, email_2_number
     "BBHHI BB"  # (unused), phone_format, phone_a, phone_b, phone_c, (unused), phone_type_draw
-    "BBHI BB"  # phone_2_at_all, phone_2_null, phone_2_area, phone_2_line, _type_draw, _type_null
+    "BBHI BB"  # phone_2_at_all, phone_2_null, phone_2_area, phone_2_line, _type_draw, (unused)
     "BHH"  # birth_null, age_draw, birth_day
     "BIB BBIB"  # address_null, _number, street_draw, address_alt_at_all, _null, _number, _street
     "BBH BB"  # apartment_at_all, apartment_null, apartment_number, unit_b_at_all, unit_b_null

@@ -147,7 +147,7 @@ def _record(
         email_2_null, email_2_domain, email_2_number,
         _unused_6, phone_format, phone_a, phone_b, phone_c, _unused_7, phone_type_draw,
         phone_2_at_all, phone_2_null, phone_2_area, phone_2_line, phone_2_type_draw,
-        phone_2_type_null,
+        _unused_8,
         birth_null, age_draw, birth_day,
         address_null, address_number, street_draw,
         address_alt_at_all, address_alt_null, address_alt_number, address_alt_street,
@@ -253,12 +253,12 @@ def _record(
         if email_2_at_all < PERCENT[30] and email_2_null >= NULL
         else None,
         "phone_1": phone_1,
-        # A phone's type only with the phone.
         "phone_1_type": PHONE_TYPE[phone_type_draw],
         "phone_2": phone_2,
-        "phone_2_type": PHONE_2_TYPE[phone_2_type_draw]
-        if phone_2 is not None and phone_2_type_null >= NULL
-        else None,
+        # Never null, even with no phone_2 (a form's kind selector keeps its choice): the
+        # mirrored API's published enum of kinds has no null, and a client generated
+        # from it (openapi-python-client) refuses the record that holds one.
+        "phone_2_type": PHONE_2_TYPE[phone_2_type_draw],
         "date_of_birth": date_of_birth,
         "address_1": None
         if address_null < NULL
