@@ -24,6 +24,7 @@ from leasestar.config import (
     MAX_CONNECTIONS_RANGE,
     PORT_RANGE,
     READ_CONNECTIONS_RANGE,
+    SEND_TIMEOUT_RANGE,
     ListenAddress,
     RateLimit,
     Settings,
@@ -185,6 +186,14 @@ def build_parser(settings: Settings) -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="close a connection whose request head is not complete this long after it "
         "opened or its last response (env LEASESTAR_HEAD_TIMEOUT, default %(default)s)",
+    )
+    serve.add_argument(
+        "--send-timeout",
+        type=_within(SEND_TIMEOUT_RANGE),
+        default=settings.send_timeout,
+        metavar="SECONDS",
+        help="disconnect a client that reads nothing of its response this long "
+        "(env LEASESTAR_SEND_TIMEOUT, default %(default)s)",
     )
     serve.add_argument(
         "--keep-alive-timeout",

@@ -231,6 +231,7 @@ def _run_server(args: argparse.Namespace, path: Path) -> int:
         LEASESTAR_RATE_LIMIT=args.rate_limit,
         LEASESTAR_COMPRESSION="on" if args.compression else "off",
         LEASESTAR_HEAD_TIMEOUT=str(args.head_timeout),
+        LEASESTAR_SEND_TIMEOUT=str(args.send_timeout),
         LEASESTAR_KEEP_ALIVE_TIMEOUT=str(args.keep_alive_timeout),
         LEASESTAR_MAX_CONNECTIONS=str(args.max_connections),
         LEASESTAR_METRICS_ADDRESS=str(metrics_address or "off"),

@@ -16,10 +16,12 @@ DEFAULT_DB: Final = "./leasestar.db"
 DEFAULT_RATE_LIMIT: Final = "600/minute"
 # Connection limits for a server facing the internet alone (issue 18; README, Security):
 # a request head must be complete this many seconds after the connection opened or its
-# previous response was sent; an idle kept-alive connection is closed after
+# previous response was sent; a client that reads nothing of its response for
+# DEFAULT_SEND_TIMEOUT is disconnected; an idle kept-alive connection is closed after
 # DEFAULT_KEEP_ALIVE_TIMEOUT; past DEFAULT_MAX_CONNECTIONS open connections a worker
 # answers 503.
 DEFAULT_HEAD_TIMEOUT: Final = 10
+DEFAULT_SEND_TIMEOUT: Final = 30
 DEFAULT_KEEP_ALIVE_TIMEOUT: Final = 5
 DEFAULT_MAX_CONNECTIONS: Final = 1000
 
@@ -94,6 +96,7 @@ PORT_RANGE: Final = (0, 65535)
 WORKERS_RANGE: Final = (1, 64)
 READ_CONNECTIONS_RANGE: Final = (1, 32)
 HEAD_TIMEOUT_RANGE: Final = (1, 300)  # seconds
+SEND_TIMEOUT_RANGE: Final = (1, 3600)  # seconds
 KEEP_ALIVE_TIMEOUT_RANGE: Final = (1, 300)  # seconds
 MAX_CONNECTIONS_RANGE: Final = (1, 100_000)  # per worker process
 
@@ -150,6 +153,7 @@ class Settings:
     rate_limit: RateLimit | None = None
     compression: bool = True
     head_timeout: int = DEFAULT_HEAD_TIMEOUT
+    send_timeout: int = DEFAULT_SEND_TIMEOUT
     keep_alive_timeout: int = DEFAULT_KEEP_ALIVE_TIMEOUT
     max_connections: int = DEFAULT_MAX_CONNECTIONS
     # Where `/metrics` is served; None: nowhere. Never on the API's own listener.
@@ -170,6 +174,9 @@ class Settings:
             compression=_bool_env("LEASESTAR_COMPRESSION", True),
             head_timeout=_int_env(
                 "LEASESTAR_HEAD_TIMEOUT", DEFAULT_HEAD_TIMEOUT, HEAD_TIMEOUT_RANGE
+            ),
+            send_timeout=_int_env(
+                "LEASESTAR_SEND_TIMEOUT", DEFAULT_SEND_TIMEOUT, SEND_TIMEOUT_RANGE
             ),
             keep_alive_timeout=_int_env(
                 "LEASESTAR_KEEP_ALIVE_TIMEOUT", DEFAULT_KEEP_ALIVE_TIMEOUT, KEEP_ALIVE_TIMEOUT_RANGE

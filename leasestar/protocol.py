@@ -14,6 +14,9 @@ open for ever. This subclass adds, per connection:
   previous response was sent, a connection with no complete head is closed, however
   slowly its bytes trickle in (uvicorn's keep-alive timer, which any byte restarts, still
   closes idle connections sooner);
+- a deadline for a response the client does not read: when the connection's send
+  buffer stays full for `send_timeout` seconds, the connection is closed (uvicorn would
+  wait for the client for ever, holding the response and the connection);
 - a cap on open connections per worker: past `max_connections`, a request is answered
   503 and its connection closed (uvicorn's `limit_concurrency` answers plain text and
   counts running requests as well);
@@ -75,6 +78,8 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         super().__init__(config, server_state, app_state, _loop)
         settings = _settings()
         self.head_timeout = settings.head_timeout
+        self.send_timeout = settings.send_timeout
+        self.send_timer: asyncio.TimerHandle | None = None
         self.max_connections = settings.max_connections
         self.head_bytes = 0  # bytes received since the last complete head
         self.heads = 0  # complete heads on this connection
@@ -89,7 +94,23 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._stop_head_timer()
+        if self.send_timer is not None:
+            self.send_timer.cancel()
+            self.send_timer = None
         super().connection_lost(exc)
+
+    def pause_writing(self) -> None:
+        """The client reads slower than the server writes: from now, it has send_timeout
+        seconds to take some of it."""
+        super().pause_writing()
+        if self.send_timer is None:
+            self.send_timer = self.loop.call_later(self.send_timeout, self.transport.close)
+
+    def resume_writing(self) -> None:
+        super().resume_writing()
+        if self.send_timer is not None:
+            self.send_timer.cancel()
+            self.send_timer = None
 
     def data_received(self, data: bytes) -> None:
         if self.refused:

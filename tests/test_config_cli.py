@@ -39,6 +39,7 @@ SETTINGS: dict[str, tuple[str, str, str, Any, str]] = {
     ),
     "compression": ("LEASESTAR_COMPRESSION", "--compression", "off", False, "on"),
     "head_timeout": ("LEASESTAR_HEAD_TIMEOUT", "--head-timeout", "7", 7, "10"),
+    "send_timeout": ("LEASESTAR_SEND_TIMEOUT", "--send-timeout", "45", 45, "30"),
     "keep_alive_timeout": ("LEASESTAR_KEEP_ALIVE_TIMEOUT", "--keep-alive-timeout", "9", 9, "5"),
     "max_connections": ("LEASESTAR_MAX_CONNECTIONS", "--max-connections", "50", 50, "1000"),
     "metrics_address": (
@@ -57,6 +58,7 @@ INVALID = {
     "LEASESTAR_RATE_LIMIT": "fast",
     "LEASESTAR_COMPRESSION": "maybe",
     "LEASESTAR_HEAD_TIMEOUT": "0",
+    "LEASESTAR_SEND_TIMEOUT": "3601",
     "LEASESTAR_KEEP_ALIVE_TIMEOUT": "301",
     "LEASESTAR_MAX_CONNECTIONS": "lots",
     "LEASESTAR_METRICS_ADDRESS": "127.0.0.1",
@@ -150,6 +152,7 @@ def test_defaults_without_any_variable() -> None:
         rate_limit=RateLimit(600, "minute"),
         compression=True,
         head_timeout=10,
+        send_timeout=30,
         keep_alive_timeout=5,
         max_connections=1000,
         metrics_address=None,
@@ -216,6 +219,7 @@ def test_serve_hands_every_flag_to_the_server(
     assert served.rate_limit == RateLimit(5, "second")
     assert served.compression is False
     assert (served.head_timeout, served.keep_alive_timeout, served.max_connections) == (7, 9, 50)
+    assert served.send_timeout == 45
     assert served.metrics_address == ListenAddress("127.0.0.1", 9464)
 
 

@@ -42,6 +42,7 @@ from tests.test_hardening import (
 LIST = "/v1/applicants"
 HEAD_TIMEOUT = 2  # seconds, the server's --head-timeout in this module
 KEEP_ALIVE = 1  # seconds, its --keep-alive-timeout
+SEND_TIMEOUT = 2  # seconds, its --send-timeout
 MAX_CONNECTIONS = 400  # above the slowloris test's 300 connections
 MARGIN = 8.0  # seconds allowed beyond a timeout on a busy machine
 MIB = 1024 * 1024
@@ -60,7 +61,10 @@ def network_token(network_db: Path) -> str:
 @pytest.fixture(scope="module")
 def server(network_db: Path, network_token: str) -> Iterator[Server]:
     flags = ("--rate-limit", "off", "--log-format", "off")
-    limits = ("--head-timeout", str(HEAD_TIMEOUT), "--keep-alive-timeout", str(KEEP_ALIVE))
+    limits = (
+        *("--head-timeout", str(HEAD_TIMEOUT), "--keep-alive-timeout", str(KEEP_ALIVE)),
+        *("--send-timeout", str(SEND_TIMEOUT)),
+    )
     with serve(network_db, *flags, *limits, "--max-connections", str(MAX_CONNECTIONS)) as running:
         yield running
 
@@ -297,6 +301,21 @@ def test_a_kept_alive_connection_trickling_its_next_head_is_closed(server: Serve
                 break
         else:
             pytest.fail("the trickling connection was not closed")
+
+
+def test_a_client_that_stops_reading_is_disconnected(server: Server, network_token: str) -> None:
+    """40 pipelined requests for 250-record pages (about 20 MB of answers), none read: the
+    server gives up on the connection once its send buffer stayed full SEND_TIMEOUT s."""
+    request = (
+        f"GET {LIST}?limit=250 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {network_token}\r\n\r\n"
+    ).encode()
+    with connect(server.port) as sock:
+        sock.sendall(request * 40)
+        time.sleep(SEND_TIMEOUT + 3)  # not reading: the server's timer runs
+        received, closed = read_until_closed(sock, time.monotonic() + MARGIN)
+    assert closed
+    # Closed before the 40 answers were written.
+    assert received.count(b"HTTP/1.1 200 OK") < 40
 
 
 def test_past_the_connection_cap_a_request_gets_503_with_the_error_body(
