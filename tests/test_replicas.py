@@ -421,25 +421,33 @@ def test_tokens_and_revocations_reach_every_replica(topology: Topology) -> None:
 
 
 def test_health_and_metrics_report_the_lag(topology: Topology) -> None:
-    wait_all_caught_up(topology)
     assert "replica" not in topology.primary.health()
+    assert "leasestar_replica" not in httpx.get(f"{topology.primary.metrics_base}/metrics").text
     for replica in topology.replicas:
-        health = replica.health()
+        # The primary's litestream makes transactions of its own now and then (a WAL
+        # checkpoint): the store can be one ahead for a moment, so take a settled reading.
+        def settled(node: Node = replica) -> tuple[dict[str, Any], str] | None:
+            health = node.health()
+            metrics = httpx.get(f"{node.metrics_base}/metrics", timeout=5).text
+            caught = health["replica"]["transactions_behind"] == 0
+            return (health, metrics) if caught and "behind 0.0" in metrics else None
+
+        health, metrics = wait_until(settled, f"{replica.name} settled")
         assert health["status"] == "ok"
         status = health["replica"]
         assert status["of"] == topology.url
-        assert (status["store"], status["transactions_behind"], status["lag_seconds"]) == (
-            "ok",
-            0,
-            0.0,
-        )
+        assert (status["store"], status["lag_seconds"]) == ("ok", 0.0)
         assert status["served_txid"] == status["store_txid"] > 0
         assert status["change_seq"] == change_seq(topology.primary.database)
-        metrics = httpx.get(f"{replica.metrics_base}/metrics", timeout=5).text
-        assert "leasestar_replica_transactions_behind 0.0" in metrics
+        assert status["apply_seconds"] >= 0
         assert "leasestar_replica_store_up 1.0" in metrics
         assert "leasestar_replica_lag_seconds 0.0" in metrics
-    assert "leasestar_replica" not in httpx.get(f"{topology.primary.metrics_base}/metrics").text
+        (exported,) = [
+            float(line.split()[1])
+            for line in metrics.splitlines()
+            if line.startswith("leasestar_replica_change_seq ")
+        ]
+        assert exported == status["change_seq"]
 
 
 def test_lag_is_how_long_the_store_has_held_more() -> None:
@@ -546,8 +554,7 @@ def test_the_primary_killed_replicas_serve_the_last_state(topology: Topology) ->
             lambda r=replica, f=first: r.health()["replica"]["data_age_seconds"] > f + 1,
             "the age of the data to grow",
         )
-        health = replica.health()["replica"]
-        assert (health["store"], health["transactions_behind"]) == ("ok", 0)
+        wait_until(lambda r=replica: caught_up(topology, r), f"{replica.name} caught up")
         assert answer(get(replica, "/v1/applicants", topology.token)) == served[replica.name]
     # Back for the next test.
     topology.replicate = start_replicate(topology, topology.primary.database)

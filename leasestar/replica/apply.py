@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Final
 
 from leasestar.applicants.writer import WRITE_CACHE_KIB
-from leasestar.database import BUSY_TIMEOUT_MS, SCHEMA_VERSION, read_uri
+from leasestar.database import BUSY_TIMEOUT_MS, READ_CACHE_KIB, SCHEMA_VERSION, read_uri
 from leasestar.replica.layout import ReplicaError
 
 _IDENTITY_LABEL: Final = b"leasestar primary\0"
@@ -131,7 +131,8 @@ def apply_changes(
     """Write what the followed file holds beyond the served database, in one transaction."""
     served.execute("ATTACH DATABASE ? AS followed", (read_uri(followed),))
     # The primary's write cache for the length of the change (2 MiB by default: a large
-    # change re-read its index pages from the OS over and over), given back after.
+    # change re-read its index pages from the OS over and over); between changes, a read
+    # connection's, so that the index pages a small change touches stay cached.
     served.execute(f"PRAGMA main.cache_size = -{WRITE_CACHE_KIB}")
     try:
         served.execute("BEGIN IMMEDIATE")
@@ -144,8 +145,7 @@ def apply_changes(
         return applied
     finally:
         served.execute("DETACH DATABASE followed")
-        served.execute("PRAGMA main.cache_size = -2000")
-        served.execute("PRAGMA shrink_memory")
+        served.execute(f"PRAGMA main.cache_size = -{READ_CACHE_KIB}")
 
 
 def _apply(served: sqlite3.Connection, identity: str, alive: Callable[[], bool]) -> Applied:

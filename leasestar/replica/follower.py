@@ -304,6 +304,7 @@ class Follower:
                 make_readable(followed)
                 self._readable = True
             self._applying = True
+        started = time.perf_counter()
         try:
             applied = apply_changes(served, followed, self._identity, self._alive)
         except FollowerGone:
@@ -328,6 +329,7 @@ class Follower:
             self._failures, self._behind_store_since = 0, None
             status = self.status
             status.served_txid, status.change_seq = txid, applied.change_seq
+            status.apply_seconds = round(time.perf_counter() - started, 3)
             if status.store_txid <= txid:
                 status.behind_since = None
             status.write(self.layout.status_path)

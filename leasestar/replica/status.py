@@ -32,6 +32,7 @@ class ReplicaStatus(msgspec.Struct):
     store_checked_at: float | None = None  # the last listing that answered
     behind_since: float | None = None  # since when the store holds more than is served
     data_shipped_at: float | None = None  # when the store received the served transaction
+    apply_seconds: float | None = None  # how long the last change took to apply
 
     def write(self, path: Path) -> None:
         write_atomically(path, msgspec.json.encode(self))
@@ -50,6 +51,7 @@ class ReplicaHealth(msgspec.Struct):
     change_seq: int
     data_age_seconds: float | None
     store_checked_seconds_ago: float | None
+    apply_seconds: float | None
 
 
 def read_status(path: Path) -> ReplicaStatus | None:
@@ -76,6 +78,7 @@ def health_of(status: ReplicaStatus, now: float | None = None) -> ReplicaHealth:
         change_seq=status.change_seq,
         data_age_seconds=_age(now, status.data_shipped_at),
         store_checked_seconds_ago=_age(now, status.store_checked_at),
+        apply_seconds=status.apply_seconds,
     )
 
 
