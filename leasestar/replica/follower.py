@@ -34,6 +34,7 @@ from leasestar.replica.apply import (
     SchemaDiffers,
     StoreBehind,
     apply_changes,
+    checkpoint,
     copy_whole,
     identity_of,
     make_readable,
@@ -333,6 +334,7 @@ class Follower:
             if status.store_txid <= txid:
                 status.behind_since = None
             status.write(self.layout.status_path)
+        checkpoint(served, applied.rows)
 
     def _refuse(self, reason: str) -> None:
         logger.error("replica of %s: %s; serving the last state", self.url, reason)
