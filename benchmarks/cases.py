@@ -33,6 +33,7 @@ class Settings:
     offsets: dict[int, tuple[float, ...]]  # offset depths (fractions of rows) per size
     quick: bool
     cursors: bool  # cursor walks at 10/50/90% depth of the big database (issue 7)
+    cursor_pages: int  # distinct cursor pages collected for the clients' cursor walk
 
     @property
     def seconds(self) -> int:
@@ -58,6 +59,7 @@ FULL = Settings(
     offsets={SMALL: (0.1, 0.25, 0.5, 0.75), BIG: (0.25, 0.5, 0.75)},
     quick=False,
     cursors=True,
+    cursor_pages=3_000,
 )
 QUICK = Settings(
     sizes=(SMALL,),
@@ -68,6 +70,7 @@ QUICK = Settings(
     offsets={SMALL: (0.1, 0.5)},
     quick=True,
     cursors=False,
+    cursor_pages=1_000,
 )
 # `--smoke DIR`: every step of a full run, on small databases and 1 s slices, writing
 # only below DIR. It proves the harness end to end in about two minutes; its figures
@@ -81,6 +84,7 @@ SMOKE = Settings(
     offsets={2_000: (0.5,), 10_000: (0.5,)},
     quick=False,
     cursors=True,
+    cursor_pages=100,
 )
 
 

@@ -109,11 +109,13 @@ def ensure_database(rows: int, work: Path = WORK) -> Path:
     return path
 
 
-def create_token(db: Path, purpose: str, integration: str | None = None) -> str:
-    """A new bearer token in `db` (scoped to `integration` if given), by the CLI."""
+def create_token(db: Path, purpose: str, *integrations: str) -> str:
+    """A new bearer token in `db` (scoped to `integrations` if any given), by the CLI."""
     name = f"bench-{purpose}-{time.strftime('%Y%m%d%H%M%S')}-{os.getpid()}"
     command = [str(LEASESTAR), "token", "create", "--db", str(db), "--name", name]
-    if integration:
+    for integration in integrations:
         command += ["--integration", integration]
-    out = subprocess.run(command, check=True, capture_output=True, text=True).stdout
-    return out.strip().splitlines()[-1]
+    done = subprocess.run(command, check=False, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"leasestar token create --name {name}: {done.stderr.strip()}")
+    return done.stdout.strip().splitlines()[-1]

@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 import harness
-from cases import Case
+from cases import Case, Settings
 from databases import read_only
-from harness import BENCH, UVICORN, on_server_core
+from harness import BENCH, UVICORN, WrkTarget, on_server_core
 
 
 def floor_server(bodies: Path, work: Path) -> contextlib.AbstractContextManager[harness.Server]:
@@ -215,3 +215,17 @@ def loop(produce: Callable[[], bytes], seconds: float) -> tuple[int, float]:
         now = time.perf_counter()
         if now >= deadline:
             return calls, now - start
+
+
+def interleave(
+    settings: Settings, wrk_targets: list[WrkTarget], in_process: list[InProcessFloor]
+) -> None:
+    """Warm every target up, then measure them (and the in-process floors) in turns, slice
+    by slice, so that background load hits them alike."""
+    for target in wrk_targets:
+        target.run(settings.warmup, keep=False)
+    for _ in range(settings.slices):
+        for target in wrk_targets:
+            target.run(settings.slice_seconds)
+        for floor in in_process:
+            floor.run(settings.inprocess_seconds / settings.slices)

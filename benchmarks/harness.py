@@ -13,6 +13,7 @@ so that a development run can go to a temporary directory instead.
 from __future__ import annotations
 
 import contextlib
+import http.client
 import json
 import os
 import re
@@ -75,17 +76,22 @@ def pinned(core: str | None) -> list[str]:
 
 
 @contextlib.contextmanager
-def on_server_core() -> Iterator[None]:
-    """Run this process on the server's core (for in-process timings), then restore."""
-    if not hasattr(os, "sched_setaffinity") or not pinned(SERVER_CORE):
+def on_core(core: str) -> Iterator[None]:
+    """Run this process on `core` (where pinning is possible), then restore."""
+    if not hasattr(os, "sched_setaffinity") or not pinned(core):
         yield
         return
     before = os.sched_getaffinity(0)
-    os.sched_setaffinity(0, {int(SERVER_CORE)})
+    os.sched_setaffinity(0, {int(core)})
     try:
         yield
     finally:
         os.sched_setaffinity(0, before)
+
+
+def on_server_core() -> contextlib.AbstractContextManager[None]:
+    """Run this process on the server's core (for in-process timings), then restore."""
+    return on_core(SERVER_CORE)
 
 
 def ensure_wrk() -> str:
@@ -165,12 +171,15 @@ class WrkTarget:
     url: str
     token: str | None = None
     ids_file: Path | None = None  # each request swaps the URL's last segment for one of these
+    paths_file: Path | None = None  # each request is a random line of this (path and query)
     headers: tuple[str, ...] = ()
     slices: list[dict[str, Any]] = field(default_factory=list)
 
     def run(self, seconds: int, keep: bool = True) -> None:
         script_args: tuple[str, ...] = ()
-        if self.ids_file is not None:
+        if self.paths_file is not None:
+            script_args = ("paths", str(self.paths_file))
+        elif self.ids_file is not None:
             prefix = urllib.parse.urlsplit(self.url).path.rsplit("/", 1)[0] + "/"
             script_args = (prefix, str(self.ids_file))
         raw = run_wrk(
@@ -237,6 +246,33 @@ def http_get(url: str, token: str | None = None, timeout: float = 60) -> tuple[i
             return int(response.status), response.read()
     except urllib.error.HTTPError as error:
         return int(error.code), error.read()
+
+
+class KeepAlive:
+    """One keep-alive HTTP/1.1 connection, as a sequential client holds it: each `get` is
+    timed from sending the request to the last byte of the body (http.client, the
+    lightest client at hand, so the client's own cost stays out of the latency)."""
+
+    def __init__(self, base: str, timeout: float = 120) -> None:
+        split = urllib.parse.urlsplit(base)
+        self._connection = http.client.HTTPConnection(
+            split.hostname or "127.0.0.1", split.port, timeout=timeout
+        )
+
+    def get(
+        self, path: str, token: str | None = None, headers: dict[str, str] | None = None
+    ) -> tuple[int, dict[str, str], bytes, float]:
+        """(status, response headers lower-cased, body, seconds)."""
+        sent = {**(headers or {}), **({"Authorization": f"Bearer {token}"} if token else {})}
+        started = time.perf_counter()
+        self._connection.request("GET", path, headers=sent)
+        response = self._connection.getresponse()
+        body = response.read()
+        elapsed = time.perf_counter() - started
+        return response.status, {k.lower(): v for k, v in response.getheaders()}, body, elapsed
+
+    def close(self) -> None:
+        self._connection.close()
 
 
 @dataclass

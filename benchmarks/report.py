@@ -8,8 +8,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import clients
 import cursor_depth
 import harness
+import matrix
 from cases import Case
 from harness import BENCH, CLIENT_CORE, CONNECTIONS, SERVER_CORE, SERVER_ENV
 
@@ -68,6 +70,8 @@ class Run:
     pool: list[dict[str, Any]] = field(default_factory=list)
     extras: list[dict[str, Any]] = field(default_factory=list)
     cursors: cursor_depth.Walk | None = None  # on the big database, in a full run
+    matrix: list[matrix.MatrixResult] = field(default_factory=list)  # per database (issue 17)
+    clients: list[clients.ClientsResult] = field(default_factory=list)  # per database (issue 15)
 
 
 @dataclass
@@ -363,6 +367,8 @@ def serialise(report: dict[str, Any], run: Run, targets: list[Target]) -> dict[s
         "extras": run.extras,
         "targets": [{**asdict(t), "passed": t.passed} for t in targets],
         "cursors": run.cursors.summary() if run.cursors else None,
+        "matrix": [result.summary() for result in run.matrix],
+        "clients": [clients.summary(result) for result in run.clients],
     }
 
 

@@ -56,31 +56,22 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import clients
 import cursor_depth
 import databases
 import floors
 import harness
+import matrix
+import matrix_report
 import profiling
 import provenance
 from cases import FULL, QUICK, SMOKE, Case, Dataset, Settings, offset_case, served_once, target_for
+from floors import interleave
 from harness import BENCH, WORK, WrkTarget, say
 from provenance import RESULTS_MD
 from report import CHART_NAME, CaseResult, Run, chart, evaluate, markdown, print_table, serialise
 
 POOL_SIZES = (1, 2, 4)
-
-
-def interleave(
-    settings: Settings, wrk_targets: list[WrkTarget], in_process: list[floors.InProcessFloor]
-) -> None:
-    """Warm every target up, then measure them in turns, slice by slice."""
-    for target in wrk_targets:
-        target.run(settings.warmup, keep=False)
-    for _ in range(settings.slices):
-        for target in wrk_targets:
-            target.run(settings.slice_seconds)
-        for floor in in_process:
-            floor.run(settings.inprocess_seconds / settings.slices)
 
 
 def measure_cases(
@@ -255,11 +246,13 @@ def measure_pool(settings: Settings, small: Dataset, work: Path) -> list[dict[st
     return figures
 
 
-def run_benchmark(settings: Settings, work: Path) -> Run:
+def run_benchmark(settings: Settings, work: Path, matrix_settings: matrix.MatrixSettings) -> Run:
     """Every measurement of the run, in the order the report shows them."""
     run = Run(settings.small, settings.big)
     small = Dataset.prepare(settings.small, work)
     big = Dataset.prepare(settings.big, work) if settings.big else None
+    # The matrix's tokens are made before the servers start, as the cases' are.
+    domains = [(d, matrix.prepare(d.db, d.rows)) for d in (small, big) if d is not None]
     with contextlib.ExitStack() as stack:
         base = stack.enter_context(leasestar_server("leasestar-100k", small.db, work)).base
         bodies = save_bodies(base, small, work / "floor-bodies")
@@ -277,25 +270,31 @@ def run_benchmark(settings: Settings, work: Path) -> Run:
         if big and big_base:
             run.scale = measure_scale(settings, small, base, big, big_base, run.cases[small.rows])
             run.cases[big.rows] = run.scale[1:]
-        for dataset, dataset_base in ((small, base), (big, big_base)):
-            if dataset is not None and dataset_base is not None:
-                run.depth[dataset.rows] = measure_depth(
-                    settings, dataset, dataset_base, run.cases[dataset.rows]
-                )
+        served = [(d, b) for d, b in ((small, base), (big, big_base)) if d and b]
+        for dataset, dataset_base in served:
+            run.depth[dataset.rows] = measure_depth(
+                settings, dataset, dataset_base, run.cases[dataset.rows]
+            )
+        for dataset, dataset_base in served:  # issue 15: what clients do
+            result = clients.build(dataset_base, floor_base, dataset, work, settings.cursor_pages)
+            clients.measure(settings, dataset, dataset_base, result)
+            run.clients.append(result)
         if settings.cursors and big and big_base:
             run.cursors = measure_cursors(settings, big, big_base)
+        for (dataset, dataset_base), (_, domain) in zip(served, domains, strict=True):
+            run.matrix.append(matrix.measure(dataset_base, dataset.db, domain, matrix_settings))
     run.pool = measure_pool(settings, small, work)
     return run
 
 
 @dataclass(frozen=True)
 class Outputs:
-    """Where a run writes: its databases and logs, and its three results."""
+    """Where a run writes: its databases and logs, RESULTS.md, the JSON and the charts."""
 
     work: Path
     results_md: Path
     results_json: Path
-    chart: Path
+    charts: Path  # the directory of the charts
 
     @classmethod
     def below(cls, directory: Path) -> Outputs:
@@ -305,12 +304,35 @@ class Outputs:
         results_md = directory / RESULTS_MD.name
         if not results_md.exists():
             shutil.copyfile(RESULTS_MD, results_md)
-        return cls(
-            directory / "work", results_md, directory / "list-results.json", directory / CHART_NAME
-        )
+        return cls(directory / "work", results_md, directory / "list-results.json", directory)
 
 
-OUTPUTS = Outputs(WORK, RESULTS_MD, BENCH / "list-results.json", BENCH / CHART_NAME)
+OUTPUTS = Outputs(WORK, RESULTS_MD, BENCH / "list-results.json", BENCH)
+
+
+def write_results(report: dict[str, Any], run: Run, settings: Settings, outputs: Outputs) -> None:
+    """Every section of RESULTS.md this run measured, the JSON and the charts."""
+    targets = evaluate(run)
+    print_table(run, targets)
+    command, when = report["command"], report["when"]
+    title = f"leasestar {report['commit']}, {when}: {command}"
+    sections = [markdown(report, run, targets)]
+    chart(run, title, outputs.charts / CHART_NAME)
+    if run.cursors:
+        sections.append(cursor_depth.markdown(run.cursors, command))
+    sections.append(clients.markdown(run.clients, settings, command, when, report["commit"]))
+    clients.chart(run.clients, title, outputs.charts / clients.CHART_NAME)
+    sections.append(matrix_report.markdown(run.matrix, command, when, report["commit"]))
+    matrix_report.chart(run.matrix, title, outputs.charts / matrix_report.CHART_NAME)
+    for section in sections:
+        provenance.write_section(section, outputs.results_md)
+    outputs.results_json.write_text(json.dumps(serialise(report, run, targets), indent=1) + "\n")
+    names = [section.split("\n", 1)[0].removeprefix("<!-- BEGIN ")[:-4] for section in sections]
+    say(
+        f"wrote the {', '.join(names)} sections of {provenance.shown(outputs.results_md)}, "
+        f"{provenance.shown(outputs.results_json)} and the charts in "
+        f"{provenance.shown(outputs.charts)}; {report['elapsed']}"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -325,9 +347,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     settings, outputs = (QUICK if args.quick else FULL), OUTPUTS
+    matrix_settings = matrix.QUICK_MATRIX if args.quick else matrix.FULL_MATRIX
     command = "make bench" + (" BENCH_ARGS=--quick" if args.quick else "")
     if args.smoke:
         settings, outputs = SMOKE, Outputs.below(args.smoke.resolve())
+        matrix_settings = matrix.SMOKE_MATRIX
         command = f"python benchmarks/run.py --smoke {args.smoke}"
     priority = harness.raise_priority()
     harness.ensure_wrk()
@@ -356,27 +380,13 @@ def main(argv: list[str] | None = None) -> int:
         },
     }
     measuring = time.monotonic()
-    run = run_benchmark(settings, outputs.work)
+    run = run_benchmark(settings, outputs.work, matrix_settings)
     report["load_after"] = provenance.loadavg()
     report["elapsed"] = (
         f"measuring took {(time.monotonic() - measuring) / 60:.1f} min, "
         f"the whole run {(time.monotonic() - started) / 60:.1f} min"
     )
-    targets = evaluate(run)
-    print_table(run, targets)
-    provenance.write_section(markdown(report, run, targets), outputs.results_md)
-    if run.cursors:
-        provenance.write_section(cursor_depth.markdown(run.cursors, command), outputs.results_md)
-    outputs.results_json.write_text(json.dumps(serialise(report, run, targets), indent=1) + "\n")
-    chart(
-        run, f"leasestar {report['commit']}, {report['when']}: {report['command']}", outputs.chart
-    )
-    sections = "list and cursors sections" if run.cursors else "list section"
-    say(
-        f"wrote the {sections} of {provenance.shown(outputs.results_md)}, "
-        f"{provenance.shown(outputs.results_json)} and {provenance.shown(outputs.chart)}; "
-        f"{report['elapsed']}"
-    )
+    write_results(report, run, settings, outputs)
     return 0
 
 

@@ -1,13 +1,26 @@
 -- wrk script of benchmarks/run.py.
 --
 -- With arguments `-- PREFIX IDS_FILE` every request asks for PREFIX .. <a random line of
--- IDS_FILE> (get by random id); without, wrk sends its one static request. Either way the
+-- IDS_FILE> (get by random id); with `-- paths PATHS_FILE`, for a random line of
+-- PATHS_FILE (a path and query: a distinct page each time, e.g. random offsets or
+-- cursors); without, wrk sends its one static request. Either way the
 -- run ends with one machine-readable line, `WRK_JSON {...}`, that run.py parses: counts,
 -- and the latency (microseconds) at every half percentile, so that run.py can merge the
 -- slices of an interleaved measurement.
 
 function init(args)
-  if #args >= 2 then
+  if args[1] == "paths" then
+    local paths = {}
+    for line in io.lines(args[2]) do
+      paths[#paths + 1] = line
+    end
+    -- Seeded by the clock, so each slice of a measurement asks for other pages than the
+    -- slice before it (a fixed seed would replay the pages it has just warmed).
+    math.randomseed(os.time() + math.floor(os.clock() * 1e6))
+    request = function()
+      return wrk.format(nil, paths[math.random(#paths)])
+    end
+  elseif #args >= 2 then
     local prefix = args[1]
     local ids = {}
     for line in io.lines(args[2]) do

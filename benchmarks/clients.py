@@ -1,0 +1,374 @@
+"""What clients really do (issue 15): a different page each request, compressed answers,
+get by id, each beside its reference measured in the same run.
+
+`make bench` measures the hot case, the same first page again and again, with no
+`Accept-Encoding`. Clients do otherwise: a sync client or a script walking the list
+reads a different page each time, and nearly every HTTP library asks for compression.
+Cases, measured in interleaved slices with their references:
+
+- *first page, repeated*: the reference of the distinct pages (and its composite floor).
+- *distinct pages by offset*: each request `?offset=<random 0..rows-100>`, default order,
+  drawn by `wrk.lua` from a file of random offsets (a different page each time).
+- *distinct pages by cursor*: each request a `?cursor=` drawn among a few thousand
+  cursors of distinct pages, collected beforehand as a client gets them: a page at a
+  random offset gives `meta.next`, followed for `WALK` pages, from many random starts.
+- *distinct pages by offset, `Accept-Encoding: gzip` / `br` / `zstd`*: against the same
+  walk with identity, in req/s and in bytes on the wire per response (headers included).
+- *get by id*: random ids, against its composite floor (`floors.py`).
+
+Before measuring, each encoding's answer is checked: the `Content-Encoding` the server
+chose (a browser's `gzip, deflate, br, zstd` must get gzip, the cheapest for the server)
+and the decoded body byte-identical to the identity body.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import random
+import urllib.parse
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import brotli
+import floors
+from cases import Dataset, Settings, served_once, target_for
+from harness import KeepAlive, Measured, WrkTarget, say
+
+try:
+    from compression import zstd  # type: ignore[import-not-found,unused-ignore]
+except ImportError:
+    from backports import zstd  # type: ignore[no-redef,import-not-found,unused-ignore]
+
+BEGIN, END = "<!-- BEGIN clients -->", "<!-- END clients -->"
+CHART_NAME = "clients-bench.png"
+LIMIT = 100  # the default page size
+WALK = 20  # cursor pages followed from each random start
+OFFSETS = 50_000  # random offsets in the file wrk.lua draws from
+ENCODINGS = ("gzip", "br", "zstd")
+BROWSER = "gzip, deflate, br, zstd"  # what browsers send: the server should choose gzip
+DECODERS = {"gzip": gzip.decompress, "br": brotli.decompress, "zstd": zstd.decompress}
+SEED = 15
+
+
+@dataclass
+class ClientCase:
+    key: str
+    label: str
+    target: WrkTarget
+    reference: str | None = None  # key of the case its req/s ratio is taken against
+    need: float | None = None  # issue 15's target for that ratio
+    measured: Measured | None = None
+
+
+@dataclass
+class ClientsResult:
+    """One database's client cases, with the floors of the first page and of get by id."""
+
+    rows: int
+    cases: dict[str, ClientCase]
+    composite: dict[str, float] = field(default_factory=dict)  # case key -> composite floor
+    cursors: int = 0
+    notes: list[str] = field(default_factory=list)
+
+    def rps(self, key: str) -> float:
+        measured = self.cases[key].measured
+        return measured.rps if measured else 0.0
+
+    def ratio(self, key: str) -> float | None:
+        reference = self.cases[key].reference
+        if reference is None:
+            floor = self.composite.get(key)
+            return self.rps(key) / floor if floor else None
+        return self.rps(key) / self.rps(reference) if self.rps(reference) else None
+
+    def wire_ratio(self, key: str) -> float | None:
+        mine, identity = self.cases[key].measured, self.cases["offsets"].measured
+        return mine.wire_bytes / identity.wire_bytes if mine and identity else None
+
+    def targets(self) -> list[tuple[str, float, str, bool]]:
+        """(what, measured, needs, met) for issue 15's targets in this run."""
+        found = []
+        for case in self.cases.values():
+            ratio = self.ratio(case.key)
+            if case.need is not None and ratio is not None:
+                against = case.reference or "composite floor"
+                what = f"{case.label} vs {self.cases[against].label if case.reference else against}"
+                found.append((what, ratio, f">= {case.need:.2f}x", ratio >= case.need))
+            wire = self.wire_ratio(case.key) if case.key in ENCODINGS else None
+            if wire is not None:
+                found.append(
+                    (f"{case.label}: bytes on the wire vs identity", wire, "<= 0.30x", wire <= 0.3)
+                )
+        return found
+
+
+def offsets_file(rows: int, work: Path) -> Path:
+    """Random default-order pages by offset, one path a line, from a fixed seed."""
+    chooser = random.Random(SEED)
+    path = work / f"distinct-offsets-{rows}.txt"
+    top = max(0, rows - LIMIT)
+    path.write_text(
+        "".join(f"/v1/applicants?offset={chooser.randint(0, top)}\n" for _ in range(OFFSETS))
+    )
+    return path
+
+
+def cursors_file(base: str, dataset: Dataset, pages: int, work: Path) -> tuple[Path, int]:
+    """Cursors of distinct pages, as a client gets them: from random offsets, `WALK` pages
+    along `meta.next` each; (the file of their paths, how many)."""
+    chooser = random.Random(SEED + dataset.rows)
+    token = dataset.tokens[False]
+    found: dict[str, None] = {}
+    client = KeepAlive(base)
+    try:
+        for _ in range(max(1, pages // WALK)):
+            path = f"/v1/applicants?offset={chooser.randint(0, max(0, dataset.rows - LIMIT))}"
+            for _ in range(WALK + 1):
+                status, _, body, _ = client.get(path, token)
+                if status != 200:
+                    raise RuntimeError(f"collecting cursors: {path}: HTTP {status}: {body[:200]!r}")
+                meta = json.loads(body)["meta"]
+                if path.startswith("/v1/applicants?cursor="):
+                    found[path] = None
+                if not meta.get("hasMore") or not meta.get("next"):
+                    break
+                path = "/v1/applicants?" + urllib.parse.urlencode({"cursor": meta["next"]})
+    finally:
+        client.close()
+    file = work / f"distinct-cursors-{dataset.rows}.txt"
+    file.write_text("".join(f"{path}\n" for path in found))
+    return file, len(found)
+
+
+def check_encodings(base: str, dataset: Dataset) -> list[str]:
+    """The encoding each Accept-Encoding gets, and its answer decoded byte for byte."""
+    token = dataset.tokens[False]
+    path = f"/v1/applicants?offset={dataset.rows // 3}"
+    problems = []
+    client = KeepAlive(base)
+    try:
+        _, _, identity, _ = client.get(path, token)
+        for offered, expected in (*((e, e) for e in ENCODINGS), (BROWSER, "gzip")):
+            status, headers, body, _ = client.get(path, token, {"Accept-Encoding": offered})
+            chosen = headers.get("content-encoding", "identity")
+            if status != 200 or chosen != expected:
+                problems.append(
+                    f"Accept-Encoding {offered!r}: HTTP {status}, {chosen}, not {expected}"
+                )
+            elif DECODERS[chosen](body) != identity:
+                problems.append(f"Accept-Encoding {offered!r}: decoded body differs from identity")
+    finally:
+        client.close()
+    return problems
+
+
+def build(
+    base: str, floor_base: str | None, dataset: Dataset, work: Path, pages: int
+) -> ClientsResult:
+    """The cases of one database (its cursors collected now, before any measurement)."""
+    token = dataset.tokens[False]
+    offsets = offsets_file(dataset.rows, work)
+    cursors, collected = cursors_file(base, dataset, pages, work)
+    say(f"{dataset.rows:,} rows: {collected:,} cursors of distinct pages collected")
+    first = dataset.cases["list_default"]
+    cases = [
+        ClientCase("first", "first page, repeated", target_for(base, dataset, first, "first page")),
+        ClientCase(
+            "offsets",
+            "distinct pages by offset",
+            WrkTarget("distinct offsets", base + "/v1/applicants", token, paths_file=offsets),
+            "first",
+            0.8,
+        ),
+        ClientCase(
+            "cursors",
+            "distinct pages by cursor",
+            WrkTarget("distinct cursors", base + "/v1/applicants", token, paths_file=cursors),
+            "first",
+            0.8,
+        ),
+    ]
+    for encoding, need in zip(ENCODINGS, (0.6, 0.5, None), strict=True):
+        target = WrkTarget(
+            f"distinct offsets, {encoding}",
+            base + "/v1/applicants",
+            token,
+            paths_file=offsets,
+            headers=(f"Accept-Encoding: {encoding}",),
+        )
+        cases.append(
+            ClientCase(encoding, f"distinct pages by offset, {encoding}", target, "offsets", need)
+        )
+    by_id = dataset.cases["get_by_id"]
+    cases.append(
+        ClientCase(
+            "get_by_id",
+            "get by random id",
+            target_for(base, dataset, by_id, "get by id"),
+            None,
+            0.65,
+        )
+    )
+    if floor_base:
+        for key in ("list_default", "get_by_id"):
+            floor = WrkTarget(f"HTTP floor {key}", f"{floor_base}/floor/{key}")
+            cases.append(ClientCase(f"http_{key}", f"HTTP floor of {key}", floor))
+    result = ClientsResult(dataset.rows, {case.key: case for case in cases}, cursors=collected)
+    result.notes = check_encodings(base, dataset)
+    return result
+
+
+def measure(settings: Settings, dataset: Dataset, base: str, result: ClientsResult) -> None:
+    """Every case and both in-process floors, in interleaved slices."""
+    say(f"{dataset.rows:,} rows: what clients do (distinct pages, compression, by id)")
+    in_process = {}
+    for key in ("list_default", "get_by_id"):
+        case = dataset.cases[key]
+        body, problems = served_once(base, dataset, case)
+        result.notes += problems
+        in_process[key] = floors.InProcessFloor(dataset.db, case, body, dataset.facts.ids)
+    try:
+        floors.interleave(
+            settings, [c.target for c in result.cases.values()], list(in_process.values())
+        )
+    finally:
+        for floor in in_process.values():
+            floor.close()
+    for case in result.cases.values():
+        case.measured = case.target.measured()
+    for key, case_key in (("list_default", "first"), ("get_by_id", "get_by_id")):
+        http = result.cases.get(f"http_{key}")
+        rate = in_process[key].rate
+        if http and http.measured and http.measured.rps and rate:
+            result.composite[case_key] = 1 / (1 / http.measured.rps + 1 / rate)
+    for case in result.cases.values():
+        m = case.measured
+        assert m is not None
+        ratio = result.ratio(case.key)
+        say(
+            f"  {case.label:<36} {m.rps:7.0f} req/s  p50 {m.p50_ms:6.2f} ms  "
+            f"{m.wire_bytes:9,.0f} B/resp" + (f"  {ratio:.2f}x" if ratio else "")
+        )
+
+
+# --------------------------------------------------------------------------- report
+
+
+def summary(result: ClientsResult) -> dict[str, Any]:
+    """For list-results.json."""
+    return {
+        "rows": result.rows,
+        "cursors": result.cursors,
+        "notes": result.notes,
+        "composite_rps": result.composite,
+        "cases": {
+            c.key: {
+                "label": c.label,
+                "reference": c.reference,
+                "ratio": result.ratio(c.key),
+                "wire_ratio": result.wire_ratio(c.key) if c.key in ENCODINGS else None,
+                **(asdict(c.measured) if c.measured else {}),
+            }
+            for c in result.cases.values()
+        },
+    }
+
+
+def _fmt(value: float | None, suffix: str = "x") -> str:
+    return "-" if value is None else f"{value:.2f}{suffix}"
+
+
+def markdown(
+    results: list[ClientsResult], settings: Settings, command: str, when: str, commit: str
+) -> str:
+    lines = [
+        BEGIN,
+        "## What clients do: distinct pages, compressed answers, get by id (issue 15)",
+        "",
+        f"Run {when} on commit `{commit}` with `{command}` (`benchmarks/clients.py`), "
+        f"{settings.seconds} measured "
+        f"seconds per case in {settings.slices} interleaved slices after a {settings.warmup} s "
+        "warm-up, wrk and `leasestar serve` pinned as in the list section. *Distinct pages by "
+        f"offset*: each request a random `offset` in 0..rows-{LIMIT} (default order, from "
+        f"{OFFSETS:,} drawn with a fixed seed; wrk.lua picks one per request). *By cursor*: "
+        "each request one of the cursors collected beforehand as a client gets them (a page "
+        f"at a random offset gives `meta.next`, followed {WALK} pages, from many random "
+        "starts). *Compressed*: the offset walk with `Accept-Encoding: gzip`, `br` or `zstd`, "
+        "ratio to the identity walk in req/s and in bytes on the wire per response (headers "
+        "included). *Get by id*: random ids, against its composite floor (list section). The "
+        "first page, repeated, is the reference of the distinct pages.",
+    ]
+    for result in results:
+        lines += [
+            "",
+            f"### {result.rows:,} applicants ({result.cursors:,} distinct cursor pages)",
+            "",
+            "| case | req/s | p50 ms | p99 ms | wire B/resp | ratio | against |",
+            "|---|---:|---:|---:|---:|---:|---|",
+        ]
+        for case in result.cases.values():
+            m = case.measured
+            assert m is not None
+            against = (
+                result.cases[case.reference].label
+                if case.reference
+                else ("composite floor" if case.key in result.composite else "")
+            )
+            lines.append(
+                f"| {case.label} | {m.rps:,.0f} | {m.p50_ms:.2f} | {m.p99_ms:.2f} | "
+                f"{m.wire_bytes:,.0f} | {_fmt(result.ratio(case.key))} | {against} |"
+            )
+        for key, floor in result.composite.items():
+            lines.append(
+                f"| composite floor of {result.cases[key].label} | {floor:,.0f} | | | | | |"
+            )
+        lines += ["", "| target (issue 15) | measured | needs | verdict |", "|---|---:|---:|---|"]
+        for what, measured, needs, met in result.targets():
+            lines.append(f"| {what} | {measured:.2f}x | {needs} | {'PASS' if met else 'MISS'} |")
+        lines += [
+            "",
+            "Encodings checked before measuring (`Content-Encoding` chosen, decoded body "
+            f"byte-identical to identity; `{BROWSER}` must get gzip): "
+            + ("; ".join(result.notes) if result.notes else "all as expected."),
+        ]
+    lines += ["", f"![req/s and bytes on the wire of each client case]({CHART_NAME})", "", END]
+    return "\n".join(lines)
+
+
+def chart(results: list[ClientsResult], title: str, path: Path) -> None:
+    """req/s of each case (ratio to its reference written beside it) and bytes per response."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    keys = [k for k in results[0].cases if not k.startswith("http_")]
+    labels = [results[0].cases[k].label for k in keys]
+    figure, (left, right) = plt.subplots(1, 2, figsize=(14, 0.45 * len(keys) + 2.5))
+    height = 0.8 / len(results)
+    for index, result in enumerate(results):
+        positions = [p + (index - (len(results) - 1) / 2) * height for p in range(len(keys))]
+        rates = [result.rps(k) for k in keys]
+        left.barh(positions, rates, height, label=f"{result.rows:,} rows")
+        for y, rate, key in zip(positions, rates, keys, strict=True):
+            ratio = result.ratio(key)
+            if ratio is not None:
+                left.text(rate, y, f" {ratio:.2f}x", va="center", fontsize=7)
+        wire = [(result.cases[k].measured.wire_bytes if result.cases[k].measured else 0) / 1024
+                for k in keys]  # fmt: skip
+        right.barh(positions, wire, height, label=f"{result.rows:,} rows")
+    for axis, xlabel in (
+        (left, "req/s (x: ratio to its reference)"),
+        (right, "KiB per response on the wire"),
+    ):
+        axis.set_yticks(range(len(keys)), labels if axis is left else [], fontsize=8)
+        axis.invert_yaxis()
+        axis.set_xlabel(xlabel)
+        axis.grid(axis="x", alpha=0.3)
+        axis.legend(fontsize=8)
+    figure.suptitle(title, fontsize=9)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)

@@ -1,0 +1,356 @@
+"""The query matrix (issue 17): every ordering against every kind of filter, with values
+drawn at random per request so that no cache answers, p50 and p99 of each combination.
+
+Orderings: each sortable field in both directions, and a few multi-key orderings. Kinds
+of request, each the first page (limit 100) of that ordering:
+
+- no filter;
+- a date bound: `updated_at` or `last_seen`, `_gte` or `_lte`, at an instant drawn
+  uniformly over the column's range (a sync client's fresh timestamp, a date picker);
+- a date window: both bounds on one of those columns, 1-30% of its range wide;
+- an equality filter: `property_id`, `x_property_id`, `integration_id` or
+  `integration_vendor`, at one of the column's values;
+- an equality filter plus a date bound;
+- through a token scoped to one integration, and to two, each drawn from a few tokens,
+  plus a date bound (the scope alone takes a handful of values, which the count cache
+  would answer).
+
+Every request URL is generated up front from a fixed seed, in rounds: a round asks every
+combination once, in a shuffled order, so background load falls on all of them alike.
+One keep-alive connection (http.client, pinned to the client core) sends them one at a
+time and times each from request to last byte. A combination whose median over the
+first rounds is above `SLOW_MS` is asked no more (its figures are over fewer requests;
+the table says how many), so a slow build cannot stretch the run for hours. After the
+run, a sample of the responses' `meta.total` is checked against a direct `count(*)` on
+a read-only connection, with the WHERE written here from the contract.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import random
+import time
+import urllib.parse
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import databases
+from cases import iso
+from harness import CLIENT_CORE, KeepAlive, on_core, say
+
+from leasestar.client.records import SORTABLE_FIELDS
+
+MULTI_KEY = (
+    "last_name:asc,first_name:asc",
+    "property_id:asc,created_at:desc",
+    "state:asc,city:asc,zip:asc",
+    "integration_vendor:desc,last_seen:desc",
+)
+KINDS = (
+    "no filter",
+    "date bound",
+    "date window",
+    "equality",
+    "equality + date bound",
+    "scope 1 + date bound",
+    "scope 2 + date bound",
+)
+DATE_COLUMNS = ("updated_at", "last_seen")
+EQUALITY_COLUMNS = ("property_id", "x_property_id", "integration_id", "integration_vendor")
+SCOPE_TOKENS = 4  # tokens of each scope size, one drawn per request
+SLOW_MS = 250.0  # a combination slower than this (median) after `min_rounds` is dropped
+TARGET_P50_MS, TARGET_P99_MS = 10.0, 50.0  # issue 17, at 1,000,000 rows
+SEED = 17
+
+
+@dataclass(frozen=True)
+class MatrixSettings:
+    orderings: tuple[str, ...]
+    rounds: int  # requests per combination, at most
+    min_rounds: int  # ... at least, whatever the budget
+    budget_seconds: float  # per database: no new round starts after this
+    checks: int  # responses whose meta.total is checked against count(*), per database
+
+
+def _both_ways(fields: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(f"{name}:{way}" for name in fields for way in ("asc", "desc"))
+
+
+FULL_MATRIX = MatrixSettings(_both_ways(SORTABLE_FIELDS) + MULTI_KEY, 50, 5, 300, 80)
+QUICK_FIELDS = ("created_at", "updated_at", "last_seen", "x_id", "last_name", "city")
+QUICK_MATRIX = MatrixSettings(_both_ways(QUICK_FIELDS) + MULTI_KEY[:1], 12, 3, 45, 30)
+# Smoke: every ordering and kind once or twice, so every URL shape is proved to answer.
+SMOKE_MATRIX = MatrixSettings(FULL_MATRIX.orderings, 2, 1, 20, 40)
+
+
+@dataclass(frozen=True)
+class Request:
+    ordering: str
+    kind: str
+    path: str
+    token: str
+    where: tuple[tuple[str, Any], ...]  # (SQL condition, value) each: the count's WHERE
+    scope: tuple[str, ...] = ()  # the token's integrations; () for the unscoped token
+
+    def shown(self) -> str:
+        """The request as the report names it: its path, and its token's scope."""
+        return f"`{self.path}`" + (
+            f" (token scoped to {', '.join(self.scope)})" if self.scope else ""
+        )
+
+
+@dataclass
+class Domain:
+    """What the random values are drawn from, and the tokens, of one database."""
+
+    rows: int
+    ranges: dict[str, tuple[int, int]]  # date column -> (min, max) microseconds
+    values: dict[str, list[str]]  # equality column -> its distinct values
+    tokens: dict[int, list[tuple[tuple[str, ...], str]]]  # scope size -> (integrations, token)
+    unscoped: str
+
+
+def prepare(db: Path, rows: int) -> Domain:
+    """The database's value ranges, and the tokens (created before its server starts)."""
+    with contextlib.closing(databases.read_only(db)) as conn:
+        ranges: dict[str, tuple[int, int]] = {}
+        for column in DATE_COLUMNS:
+            low, high = conn.execute(
+                f"SELECT min({column}), max({column}) FROM applicants"
+            ).fetchone()
+            ranges[column] = (int(low), int(high))
+        values = {
+            column: [
+                row[0]
+                for row in conn.execute(f"SELECT DISTINCT {column} FROM applicants ORDER BY 1")
+            ]
+            for column in EQUALITY_COLUMNS
+        }
+    chooser = random.Random(SEED)
+    integrations = values["integration_id"]
+    tokens: dict[int, list[tuple[tuple[str, ...], str]]] = {1: [], 2: []}
+    for size in (1, 2):
+        scopes = sorted({tuple(sorted(chooser.sample(integrations, size))) for _ in range(50)})
+        for index, scope in enumerate(chooser.sample(scopes, min(SCOPE_TOKENS, len(scopes)))):
+            purpose = f"matrix-scope{size}-{index}"
+            tokens[size].append((scope, databases.create_token(db, purpose, *scope)))
+    unscoped = databases.create_token(db, "matrix")
+    say(f"{rows:,} rows: matrix tokens made ({len(tokens[1])} + {len(tokens[2])} scoped)")
+    return Domain(rows, ranges, values, tokens, unscoped)
+
+
+def _date_bound(rng: random.Random, domain: Domain) -> dict[str, tuple[str, int]]:
+    column = rng.choice(DATE_COLUMNS)
+    low, high = domain.ranges[column]
+    side = rng.choice(("gte", "lte"))
+    return {
+        f"{column}_{side}": (
+            f"{column} {'>=' if side == 'gte' else '<='} ?",
+            rng.randint(low, high),
+        )
+    }
+
+
+def _date_window(rng: random.Random, domain: Domain) -> dict[str, tuple[str, int]]:
+    column = rng.choice(DATE_COLUMNS)
+    low, high = domain.ranges[column]
+    width = int((high - low) * rng.uniform(0.01, 0.3))
+    start = rng.randint(low, high - width)
+    return {
+        f"{column}_gte": (f"{column} >= ?", start),
+        f"{column}_lte": (f"{column} <= ?", start + width),
+    }
+
+
+def _equality(rng: random.Random, domain: Domain) -> dict[str, tuple[str, str]]:
+    column = rng.choice(EQUALITY_COLUMNS)
+    return {column: (f"{column} = ?", rng.choice(domain.values[column]))}
+
+
+def draw(rng: random.Random, domain: Domain, ordering: str, kind: str) -> Request:
+    """One request of a combination, its values drawn from `rng`."""
+    params: dict[str, tuple[str, Any]] = {}
+    token = domain.unscoped
+    scope: tuple[str, ...] = ()
+    if kind in ("date bound", "equality + date bound") or kind.startswith("scope"):
+        params.update(_date_bound(rng, domain))
+    if kind == "date window":
+        params.update(_date_window(rng, domain))
+    if kind.startswith("equality"):
+        params.update(_equality(rng, domain))
+    if kind.startswith("scope"):
+        scope, token = rng.choice(domain.tokens[int(kind.split()[1])])
+    query = {"order-by": ordering}
+    for name, (_, value) in params.items():
+        query[name] = iso(value) if isinstance(value, int) else value
+    where = tuple(params.values())
+    if scope:
+        marks = ", ".join("?" * len(scope))
+        where += ((f"integration_id IN ({marks})", scope),)
+    path = "/v1/applicants?" + urllib.parse.urlencode(query)
+    return Request(ordering, kind, path, token, where, scope)
+
+
+def rounds_of(domain: Domain, settings: MatrixSettings) -> list[list[Request]]:
+    """Every request of the run, up front: each round every combination once, shuffled."""
+    rng = random.Random(SEED * 1_000_003 + domain.rows)
+    combinations = [(o, k) for o in settings.orderings for k in KINDS]
+    rounds = []
+    for _ in range(settings.rounds):
+        round_ = [draw(rng, domain, o, k) for o, k in combinations]
+        rng.shuffle(round_)
+        rounds.append(round_)
+    return rounds
+
+
+def nearest_rank(ordered: list[float], percentile: float) -> float:
+    """The percentile of sorted values by nearest rank: with fewer than 100, p99 is the
+    largest (NaN when there are none)."""
+    if not ordered:
+        return float("nan")
+    return ordered[max(0, math.ceil(percentile / 100 * len(ordered)) - 1)]
+
+
+@dataclass
+class Sample:
+    request: Request
+    ms: float
+    status: int
+    total: int | None
+
+
+@dataclass
+class Combination:
+    ordering: str
+    kind: str
+    samples: list[Sample] = field(default_factory=list)
+
+    @property
+    def latencies(self) -> list[float]:
+        return sorted(s.ms for s in self.samples if s.status == 200)
+
+    @property
+    def p50(self) -> float:
+        return nearest_rank(self.latencies, 50)
+
+    @property
+    def p99(self) -> float:
+        return nearest_rank(self.latencies, 99)
+
+
+@dataclass
+class MatrixResult:
+    rows: int
+    combinations: list[Combination]
+    problems: list[str]
+    checked: int
+    seconds: float
+    dropped: int  # combinations asked no more after the first rounds
+
+    def all_latencies(self) -> list[float]:
+        return sorted(ms for c in self.combinations for ms in c.latencies)
+
+    @property
+    def p99_all(self) -> float:
+        return nearest_rank(self.all_latencies(), 99)
+
+    @property
+    def worst(self) -> Combination:
+        return max(self.combinations, key=lambda c: (c.p50, c.p99))
+
+    def summary(self) -> dict[str, Any]:
+        """For list-results.json: every combination's figures."""
+        return {
+            "rows": self.rows,
+            "seconds": self.seconds,
+            "p99_all_ms": self.p99_all,
+            "checked_totals": self.checked,
+            "problems": self.problems,
+            "combinations": [
+                {
+                    "order_by": c.ordering,
+                    "kind": c.kind,
+                    "requests": len(c.samples),
+                    "p50_ms": c.p50,
+                    "p99_ms": c.p99,
+                }
+                for c in self.combinations
+            ],
+        }
+
+
+def _total(body: bytes) -> int | None:
+    """meta.total, read from the meta object alone (the body is not parsed whole)."""
+    with contextlib.suppress(ValueError, KeyError, TypeError):
+        return int(json.loads(body[len(b'{"meta":') : body.index(b',"results":')])["total"])
+    return None
+
+
+def measure(base: str, db: Path, domain: Domain, settings: MatrixSettings) -> MatrixResult:
+    """Drive every round over one connection, then check a sample of totals."""
+    rounds = rounds_of(domain, settings)
+    combinations = {(o, k): Combination(o, k) for o in settings.orderings for k in KINDS}
+    say(
+        f"{domain.rows:,} rows: query matrix, {len(combinations)} combinations, up to "
+        f"{len(rounds)} rounds, {settings.budget_seconds:.0f} s budget"
+    )
+    problems: list[str] = []
+    dropped: set[tuple[str, str]] = set()
+    client = KeepAlive(base)
+    started = time.monotonic()
+    try:
+        with on_core(CLIENT_CORE):
+            for index, round_ in enumerate(rounds):
+                if index >= settings.min_rounds:
+                    if time.monotonic() - started > settings.budget_seconds:
+                        break
+                    if index == settings.min_rounds:
+                        dropped = {key for key, c in combinations.items() if c.p50 > SLOW_MS}
+                        if dropped:
+                            say(f"  {len(dropped)} combinations over {SLOW_MS:.0f} ms: no more")
+                for request in round_:
+                    key = request.ordering, request.kind
+                    if key in dropped:
+                        continue
+                    status, _, body, seconds = client.get(request.path, request.token)
+                    combinations[key].samples.append(
+                        Sample(request, seconds * 1000, status, _total(body))
+                    )
+                    if status != 200 and len(problems) < 10:
+                        problems.append(f"{request.shown()}: HTTP {status}: {body[:200]!r}")
+    finally:
+        client.close()
+    seconds = time.monotonic() - started
+    checked = check_totals(db, list(combinations.values()), settings.checks, problems)
+    result = MatrixResult(
+        domain.rows, list(combinations.values()), problems, checked, seconds, len(dropped)
+    )
+    worst = result.worst
+    say(
+        f"{domain.rows:,} rows: matrix took {seconds:.0f} s; worst {worst.ordering} | "
+        f"{worst.kind}: p50 {worst.p50:.1f} ms; p99 of all {result.p99_all:.1f} ms"
+    )
+    for problem in problems:
+        say(f"  !! {problem}")
+    return result
+
+
+def check_totals(db: Path, combinations: list[Combination], count: int, problems: list[str]) -> int:
+    """A sample of the answers' `meta.total` against `count(*)` with the request's WHERE."""
+    answered = [s for c in combinations for s in c.samples if s.status == 200]
+    sample = random.Random(SEED).sample(answered, min(count, len(answered)))
+    with contextlib.closing(databases.read_only(db)) as conn:
+        for s in sample:
+            conditions = [sql for sql, _ in s.request.where] or ["1"]
+            params: list[Any] = []
+            for _, value in s.request.where:
+                params += value if isinstance(value, tuple) else [value]
+            (expected,) = conn.execute(
+                f"SELECT count(*) FROM applicants WHERE {' AND '.join(conditions)}", params
+            ).fetchone()
+            if s.total != expected:
+                problems.append(f"{s.request.shown()}: meta.total {s.total} != count(*) {expected}")
+    return len(sample)
