@@ -40,14 +40,19 @@ _ERROR_DESCRIPTIONS: Final[dict[int, str]] = {
     404: "No such applicant visible to this token: unknown id, outside the token's "
     "integrations, or outside the date bounds.",
     405: "A method other than GET or HEAD on this path; `Allow` lists the methods.",
+    413: "The request carries a body (a `Content-Length` other than 0, or "
+    "`Transfer-Encoding`): this API takes none. The body is not read and the connection "
+    "is closed.",
     414: f"The path and query string together are longer than {MAX_TARGET_BYTES} bytes.",
     429: "The token sent more requests than the server's rate limit allows; `Retry-After` "
     "says how many seconds to wait.",
     431: f"The request headers together are larger than {MAX_HEADER_BYTES} bytes.",
     500: "A fault of the server. The body carries no trace, SQL or path; the server log has "
     "them, under the response's `X-Request-ID`.",
-    503: "The database cannot be read: it was removed, replaced or damaged after the server "
-    "started, or the disk fails.",
+    503: "The server cannot answer now: it holds its maximum of connections (answered "
+    "before authentication, with a `Retry-After` header in seconds; the connection is "
+    "closed), or the database cannot be read (removed, replaced or damaged after the "
+    "server started, or the disk fails).",
 }
 _ERROR_EXAMPLES: Final[dict[int, bytes]] = {
     400: error_body(

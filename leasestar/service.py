@@ -101,7 +101,7 @@ class ServiceController(Controller):
         exclude_from_auth=True,
         media_type=MediaType.JSON,
         response_description="The database answers.",
-        responses=error_responses(400, 405, 414, 431, 500, 503),
+        responses=error_responses(400, 405, 413, 414, 431, 500, 503),
         operation_class=operation_class(),
     )
     async def health(self, request: Request[Any, Any, State]) -> Response[HealthStatus]:
@@ -131,6 +131,7 @@ class ServiceController(Controller):
             400,
             404,
             405,
+            413,
             414,
             431,
             500,

@@ -238,10 +238,10 @@ async def test_bearer_scheme_guards_the_api_and_not_health(document: Document) -
 
 async def test_every_error_status_is_documented_with_the_error_body(document: Document) -> None:
     expected = {
-        LIST: {400, 401, 405, 414, 429, 431, 500},
-        RECORD: {400, 401, 404, 405, 414, 429, 431, 500},
-        HEALTH: {400, 405, 414, 431, 500, 503},
-        METRICS: {400, 404, 405, 414, 431, 500},
+        LIST: {400, 401, 405, 413, 414, 429, 431, 500, 503},
+        RECORD: {400, 401, 404, 405, 413, 414, 429, 431, 500, 503},
+        HEALTH: {400, 405, 413, 414, 431, 500, 503},
+        METRICS: {400, 404, 405, 413, 414, 431, 500},
     }
     for path, statuses in expected.items():
         documented = document["paths"][path]["get"]["responses"]

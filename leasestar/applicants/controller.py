@@ -49,10 +49,13 @@ from leasestar.openapi import NDJSON, NOT_MODIFIED, error_responses, operation_c
 _meta_encoder = msgspec.json.Encoder()
 EnvelopeT = TypeVar("EnvelopeT")
 _JSON = MediaType.JSON
-LIST_RESPONSES = {304: NOT_MODIFIED, **error_responses(400, 401, 405, 414, 429, 431, 500)}
+LIST_RESPONSES = {
+    304: NOT_MODIFIED,
+    **error_responses(400, 401, 405, 413, 414, 429, 431, 500, 503),
+}
 RECORD_RESPONSES = {
     304: NOT_MODIFIED,
-    **error_responses(400, 401, 404, 405, 414, 429, 431, 500),
+    **error_responses(400, 401, 404, 405, 413, 414, 429, 431, 500, 503),
 }
 
 
