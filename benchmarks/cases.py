@@ -34,6 +34,7 @@ class Settings:
     quick: bool
     cursors: bool  # cursor walks at 10/50/90% depth of the big database (issue 7)
     cursor_pages: int  # distinct cursor pages collected for the clients' cursor walk
+    pool: bool = True  # issue 2's question, one read connection or a pool (settled: not quick)
 
     @property
     def seconds(self) -> int:
@@ -70,7 +71,8 @@ QUICK = Settings(
     offsets={SMALL: (0.1, 0.5)},
     quick=True,
     cursors=False,
-    cursor_pages=1_000,
+    cursor_pages=500,
+    pool=False,
 )
 # `--smoke DIR`: every step of a full run, on small databases and 1 s slices, writing
 # only below DIR. It proves the harness end to end in about two minutes; its figures

@@ -20,8 +20,13 @@ What it does, in order:
 
 Also: p50 against offset depth; issue 7's cursor walks, the page at a cursor 10%, 50% and
 90% deep into the 1,000,000 rows against the first page (`cursor_depth.py`, on the same
-1M server; its own section of RESULTS.md); and issue 2's question, one read connection
-against a small pool (`LEASESTAR_READ_CONNECTIONS` = 1, 2, 4).
+1M server; its own section of RESULTS.md); what clients do, on each database (issue 15,
+`clients.py`: distinct pages by offset and by cursor against the repeated first page,
+gzip/br/zstd against identity, get by id against its floor; the clients section); the
+query matrix on each database (issue 17, `matrix.py` and `matrix_report.py`: every
+ordering against every kind of filter, p50/p99 per combination; the matrix section); and
+issue 2's question, one read connection against a small pool
+(`LEASESTAR_READ_CONNECTIONS` = 1, 2, 4).
 
 The modules: `cases.py` (settings and cases, as data), `floors.py` (the in-process and
 HTTP floors), `report.py` (targets, the RESULTS.md section, the JSON and the chart),
@@ -36,9 +41,10 @@ in-process floor take turns in short slices until each has its measured seconds.
 burst of background load then hits all of them alike, and their ratio holds.
 
 `--quick` is for development: 100k rows only, 3 measured seconds per case, no cursor
-walks. `--smoke DIR` checks the whole run end to end in about two minutes: every step on
-2,000 and 10,000 rows with 1 s slices, every file written below DIR (a copy of
-RESULTS.md included), nothing in `benchmarks/` touched.
+walks, no read-pool comparison, a reduced query matrix. `--smoke DIR` checks the whole
+run end to end in about three minutes: every step on 2,000 and 10,000 rows with 1 s
+slices, every file written below DIR (a copy of RESULTS.md included), nothing in
+`benchmarks/` touched.
 `--profile` runs py-spy on the server during the list-default and get-by-id cases
 instead, and prints where the time goes.
 """
@@ -283,7 +289,8 @@ def run_benchmark(settings: Settings, work: Path, matrix_settings: matrix.Matrix
             run.cursors = measure_cursors(settings, big, big_base)
         for (dataset, dataset_base), (_, domain) in zip(served, domains, strict=True):
             run.matrix.append(matrix.measure(dataset_base, dataset.db, domain, matrix_settings))
-    run.pool = measure_pool(settings, small, work)
+    if settings.pool:
+        run.pool = measure_pool(settings, small, work)
     return run
 
 
