@@ -23,14 +23,21 @@ first rounds is above `SLOW_MS` is asked no more (its figures are over fewer req
 the table says how many), so a slow build cannot stretch the run for hours. After the
 run, a sample of the responses' `meta.total` is checked against a direct `count(*)` on
 a read-only connection, with the WHERE written here from the contract.
+
+`make bench` runs it on each of its databases (`run.py`); on its own, on one database,
+printing its section of RESULTS.md (and writing it, with its chart, with `--results`):
+
+    .venv/bin/python benchmarks/matrix.py [--rows N] [--quick] [--results benchmarks/RESULTS.md]
 """
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 import math
 import random
+import sys
 import time
 import urllib.parse
 from dataclasses import dataclass, field
@@ -39,7 +46,7 @@ from typing import Any
 
 import databases
 from cases import iso
-from harness import CLIENT_CORE, KeepAlive, on_core, say
+from harness import CLIENT_CORE, KeepAlive, leasestar_server, on_core, raise_priority, say
 
 from leasestar.client.records import SORTABLE_FIELDS
 
@@ -354,3 +361,30 @@ def check_totals(db: Path, combinations: list[Combination], count: int, problems
             if s.total != expected:
                 problems.append(f"{s.request.shown()}: meta.total {s.total} != count(*) {expected}")
     return len(sample)
+
+
+def main() -> None:
+    import matrix_report
+    import provenance
+
+    parser = argparse.ArgumentParser(description="the query matrix (issue 17), one database")
+    parser.add_argument("--rows", type=int, default=100_000, help="seeded applicants")
+    parser.add_argument("--quick", action="store_true", help="the reduced matrix of --quick")
+    parser.add_argument("--results", type=Path, help="write the section to this RESULTS.md")
+    args = parser.parse_args()
+    raise_priority()
+    db = databases.ensure_database(args.rows)
+    domain = prepare(db, args.rows)
+    with leasestar_server(f"matrix-{args.rows}", db) as server:
+        result = measure(server.base, db, domain, QUICK_MATRIX if args.quick else FULL_MATRIX)
+    command = "python benchmarks/matrix.py " + " ".join(sys.argv[1:])
+    when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    section = matrix_report.markdown([result], command.strip(), when, provenance.git_commit())
+    print(section)
+    if args.results:
+        provenance.write_section(section, args.results)
+        matrix_report.chart([result], command, args.results.parent / matrix_report.CHART_NAME)
+
+
+if __name__ == "__main__":
+    main()
