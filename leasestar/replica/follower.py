@@ -257,7 +257,7 @@ class Follower:
         with contextlib.suppress(OSError):
             lines = log.read_text(errors="replace").strip().splitlines()
             if lines:
-                return lines[-1].removeprefix("error: ").strip()
+                return lines[-1].removeprefix("Error: ").removeprefix("error: ").strip()
         return "the follower stopped"
 
     def _wait_for_restore(self, timeout: float | None) -> Path | None:
