@@ -83,7 +83,8 @@ def _replicating(db: Path, store: Path) -> Iterator[None]:
     )
     try:
         deadline = time.monotonic() + 300
-        while not (store / "ltx" / "0").is_dir():
+        # A finished file: litestream writes each under a temporary name first.
+        while not any((store / "ltx" / "0").glob("*.ltx")):
             if time.monotonic() > deadline or process.poll() is not None:
                 raise RuntimeError("leasestar replicate did not ship the database")
             time.sleep(0.2)

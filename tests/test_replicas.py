@@ -173,7 +173,8 @@ def start_replicate(topology: Topology, database: Path) -> subprocess.Popen[byte
             stderr=subprocess.STDOUT,
         )
     level0 = topology.store / "ltx" / "0"
-    wait_until(lambda: level0.is_dir() and any(level0.iterdir()), "the store's first file")
+    # A finished file: litestream writes each under a temporary name first.
+    wait_until(lambda: any(level0.glob("*.ltx")), "the store's first file")
     return process
 
 
