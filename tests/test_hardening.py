@@ -36,12 +36,11 @@ from leasestar.auth import create_token
 from leasestar.config import Settings
 from leasestar.database import open_for_write
 from leasestar.main import create_app
+from tests.servers import ROOT, START_TIMEOUT, clean_env, free_port
 from tests.test_fuzz import assert_error_body
 
 Client = AsyncTestClient  # type: ignore[type-arg]
 
-ROOT = Path(__file__).resolve().parent.parent
-START_TIMEOUT = 60.0
 MAX_TARGET = 8 * 1024
 MAX_HEADERS = 16 * 1024
 MAX_PARAMETERS = 64
@@ -56,20 +55,6 @@ def leasestar_command() -> list[str]:
     """The installed console script, or the same entry point through the interpreter."""
     script = Path(sys.executable).with_name("leasestar")
     return [str(script)] if script.exists() else [sys.executable, "-m", "leasestar"]
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
-def clean_env(**extra: str) -> dict[str, str]:
-    """The environment without any LEASESTAR_ setting of the caller's, plus `extra`."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LEASESTAR_")}
-    env.update(extra)
-    return env
 
 
 def copy_database(source: Path, target: Path) -> Path:
