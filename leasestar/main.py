@@ -77,6 +77,7 @@ def create_app(settings: Settings | None = None) -> Litestar:
             app.state.tokens.close()
             if settings.rate_limit is not None:
                 app.state.rate_limit_counter.close()
+            await reader.close()
             await pool.close()
 
     middleware: list[Any] = [DefineMiddleware(BearerTokenMiddleware, exclude=UNAUTHENTICATED_PATHS)]

@@ -10,6 +10,8 @@ planned: docs/list-planning.md.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import sqlite3
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass
@@ -17,6 +19,7 @@ from typing import Any, Final, Generic, NamedTuple, TypeVar, cast
 
 from leasestar.applicants import plan
 from leasestar.applicants.cursors import KeyValue, last_record_start
+from leasestar.applicants.match_counter import MatchCounter
 from leasestar.applicants.ordering import SqlFragment
 from leasestar.applicants.plan import Anchors, ListPlan, Scope, plan_list
 from leasestar.applicants.query import ApplicantQuery
@@ -110,6 +113,10 @@ class ApplicantReader:
 
     def __init__(self, pool: ReadPool) -> None:
         self._pool = pool
+        # Counts of the broad filters, from a columnar copy (match_counter.py); read
+        # first in the background, SQLite counting until it is there.
+        self._counter = MatchCounter(pool.path)
+        self._first_read: asyncio.Task[None] | None = None
         # (WHERE clause, its values) -> (data version, count)
         self._counts: LRU[tuple[str, tuple[Any, ...]], tuple[int, int]] = LRU(COUNT_CACHE_SIZE)
         # ListPlan.checkpoint_key -> (data version, checkpoints)
@@ -161,7 +168,7 @@ class ApplicantReader:
         walk = await self._walk(page_plan)
         version: int | None = None
         anchors: Anchors = ()
-        if page_plan.uses_checkpoints(walk):
+        if page_plan.uses_checkpoints:
             version, anchors = await self._anchors(page_plan, walk)
         start, skip = page_plan.start(anchors)
         page = await self._read_page(page_plan, walk, start, skip)
@@ -175,11 +182,16 @@ class ApplicantReader:
     async def _walk(self, page_plan: ListPlan) -> bool:
         """The plan's choice of walk, from the sizes when it depends on them.
 
-        The sizes come from the count cache, of any version (a plan needs only the rough
-        size), and are counted once when unknown.
+        The sizes come from the columnar copy, or from the count cache, of any version
+        (a plan needs only the rough size), and are counted once when unknown.
         """
         if page_plan.walk is not None:
             return page_plan.walk
+        if self._counts_by_copy(page_plan):
+            # At the copy's version, which may be a write behind: a plan needs only the
+            # rough sizes.
+            counted = self._counter.count(page_plan.query, page_plan.scope)
+            return page_plan.walks(counted, self._counter.rows)
         matches = self._latest_total(page_plan.matches)
         everything = self._latest_total(plan.EVERYTHING)
         if matches is None or everything is None:
@@ -226,7 +238,7 @@ class ApplicantReader:
             # Counting may read every matching row: on the pool, once for all the
             # requests that need it. If a write landed since the page was read, read the
             # page again.
-            counted_version, counted = await self._count(page_plan.matches)
+            counted_version, counted = await self._count_matches(page_plan, rows.version)
             if counted_version == rows.version:
                 total = counted
                 break
@@ -238,6 +250,39 @@ class ApplicantReader:
             rows, total = _PageRows(both[0], *both[2:]), both[1]
             self._remember_total(page_plan.matches, rows.version, total)
         return _served(page_plan, rows, total)
+
+    def _counts_by_copy(self, page_plan: ListPlan) -> bool:
+        """Whether the columnar copy answers this plan's counts (it may still be read)."""
+        if not MatchCounter.covers(page_plan.query):
+            return False
+        if self._counter.version is None:
+            if self._first_read is None or self._first_read.done():
+                # Again after a failed read (a locked or replaced file): SQLite counts
+                # meanwhile, so no request waits for or fails with it.
+                self._first_read = asyncio.create_task(self._read_copy())
+            return False
+        return True
+
+    async def _count_matches(self, page_plan: ListPlan, version: int) -> tuple[int, int]:
+        """(data version, matches of the plan's filters at that version): from the
+        columnar copy, brought to `version` (the page's) if it is behind; else counted."""
+        if not self._counts_by_copy(page_plan):
+            return await self._count(page_plan.matches)
+        if self._counter.version != version:
+            await self._counter.catch_up()
+        counted = self._counter.count(page_plan.query, page_plan.scope)
+        counted_version = cast("int", self._counter.version)
+        self._remember_total(page_plan.matches, counted_version, counted)
+        return counted_version, counted
+
+    async def _read_copy(self) -> None:
+        with contextlib.suppress(sqlite3.Error, OSError):
+            await self._counter.catch_up()
+
+    async def close(self) -> None:
+        """Wait for the copy's first read, if it is still running (it cannot be stopped)."""
+        if self._first_read is not None:
+            await asyncio.wait([self._first_read])
 
     async def _count(self, where: SqlFragment) -> tuple[int, int]:
         """(data version, matches of `where` at that version), counted once at a time."""

@@ -1,8 +1,9 @@
 """Unit tests of leasestar/applicants/storage.py: the count cache and the shared reads.
 
-`meta.total` without counting rows on each request (issue 4): a list shape's total is
-counted once per data version, shared by every page and request of that shape, and is
-exact again right after a write.
+`meta.total` without counting rows on each request (issues 4 and 17): the broad filters'
+totals come from the columnar copy (match_counter.py), never from SQLite; a selective
+filter's shape is counted by SQLite once per data version, shared by every page and
+request of that shape; both are exact again right after a write.
 
 Counting is observed where it happens, in SQLite: every statement the server's read
 connections run is traced, and a statement that counts applicants (`count(*) FROM
@@ -17,6 +18,7 @@ import sqlite3
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import msgspec
 import pytest
 from litestar.testing import AsyncTestClient
 
@@ -84,26 +86,58 @@ async def total(client: Client, **params: str | int) -> int:
     return int(response.json()["meta"]["total"])
 
 
-async def test_each_list_shape_is_counted_once_per_data_version(
+def some_email(path: Path) -> str:
+    connection = sqlite3.connect(path)
+    try:
+        row = connection.execute(
+            "SELECT email_1 FROM applicants WHERE email_1 IS NOT NULL LIMIT 1"
+        ).fetchone()
+        return str(row[0])
+    finally:
+        connection.close()
+
+
+async def copy_read(client: Client) -> None:
+    """Wait until the reader's columnar copy (match_counter.py) has been read."""
+    reader = client.app.state.reader
+    await total(client, property_id="starts-the-read")
+    if reader._first_read is not None:
+        await reader._first_read
+    assert reader._counter.version is not None
+
+
+async def test_broad_filters_are_counted_from_the_copy_not_by_sqlite(
     traced_client: tuple[Client, Traced], seeded_db: Path
 ) -> None:
     client, traced = traced_client
     everything = direct_count(seeded_db)
     prop = some_property(seeded_db)
     in_prop = direct_count(seeded_db, "WHERE property_id = ?", (prop,))
-
-    # The first request of a shape counts (the unfiltered shape may have been counted
-    # at start, for /metrics); its other pages, limits and orderings, and every later
-    # request of it, do not.
-    assert await total(client, limit=5) == everything
-    assert len(traced.take()) <= 1
+    await copy_read(client)
+    traced.take()
     for params in ({"limit": 5, "offset": 5}, {"limit": 250}, {"order-by": "last_name"}, {}):
         assert await total(client, **params) == everything
+    assert await total(client, property_id=prop) == in_prop
+    assert await total(client, property_id=prop, updated_at_gte="2024-01-01") == direct_count(
+        seeded_db, "WHERE property_id = ? AND updated_at >= 1704067200000000", (prop,)
+    )
     assert traced.take() == []
 
-    assert await total(client, property_id=prop) == in_prop
+
+async def test_each_selective_shape_is_counted_once_per_data_version(
+    traced_client: tuple[Client, Traced], seeded_db: Path
+) -> None:
+    """A selective filter's few rows are counted by SQLite through its own index: once
+    for the first request of a shape, never again for its other pages."""
+    client, traced = traced_client
+    email = some_email(seeded_db)
+    in_email = direct_count(seeded_db, "WHERE email_1 = ? COLLATE NOCASE", (email,))
+    await copy_read(client)
+    traced.take()
+    assert await total(client, email_1=email) == in_email
     assert len(traced.take()) == 1
-    assert await total(client, property_id=prop, offset=1) == in_prop
+    assert await total(client, email_1=email, offset=1) == in_email
+    assert await total(client, email_1=email, limit=1) == in_email
     assert traced.take() == []
 
 
@@ -125,10 +159,19 @@ async def test_a_write_moves_the_data_version_and_the_total_is_exact_again(
         )
         for n in range(3)
     ]
+    email = some_email(seeded_db)
+    in_email = direct_count(seeded_db, "WHERE email_1 = ? COLLATE NOCASE", (email,))
+    assert await total(client, email_1=email) == in_email
+    await copy_read(client)
+    traced.take()
+    new[0] = msgspec.structs.replace(new[0], email_1=email.upper())
     write_records(db, new)
     assert await total(client) == before + 3 == direct_count(seeded_db)
+    assert await total(client, integration_id="int_new") == 3
+    assert traced.take() == []  # the copy followed the write
+    assert await total(client, email_1=email) == in_email + 1
     assert len(traced.take()) == 1  # counted again, once, for the new version
-    assert await total(client, limit=1) == before + 3
+    assert await total(client, email_1=email, limit=1) == in_email + 1
     assert traced.take() == []
 
 

@@ -1,0 +1,229 @@
+"""leasestar/applicants/match_counter.py: every count is SQLite's `count(*)`.
+
+The expected totals are counted by SQLite over a WHERE clause written here from the
+contract's filter rules, not taken from leasestar's planner: random combinations of
+every broad filter, the sync position and a token's scope, on seeded data and right
+after imports that add records, move them between properties, vendors and instants, and
+re-import them unchanged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from leasestar.applicants.match_counter import MatchCounter
+from leasestar.applicants.pipeline import write_records
+from leasestar.applicants.query import ApplicantQuery
+from leasestar.applicants.records import Applicant
+from leasestar.database import open_for_write
+from leasestar.seed.generator import synthetic_applicants
+
+SEEDED = 400
+# filter -> (column, SQL operator): the contract's rule for each broad filter.
+RULES = {
+    "updated_at_gte": ("updated_at", ">="),
+    "updated_at_lte": ("updated_at", "<="),
+    "last_seen_gte": ("last_seen", ">="),
+    "last_seen_lte": ("last_seen", "<="),
+    "integration_id": ("integration_id", "="),
+    "integration_vendor": ("integration_vendor", "="),
+    "property_id": ("property_id", "="),
+    "x_property_id": ("x_property_id", "="),
+}
+FILTER_ORDER = tuple(RULES)  # ApplicantQuery keeps filters in FILTERS order
+LEAP_YEARS = st.sampled_from(range(2004, 2032, 4))  # a record's Feb 29 stays a date
+Values = dict[str, list[Any]]
+
+
+def expected_count(
+    connection: sqlite3.Connection, query: ApplicantQuery, scope: frozenset[str] | None
+) -> int:
+    clauses: list[str] = []
+    params: list[Any] = []
+    for name, value in query.filters:
+        column, operator = RULES[name]
+        clauses.append(f"{column} {operator} ?")
+        params.append(value)
+    if query.changed_since is not None:
+        clauses.append("change_seq > ?")
+        params.append(query.changed_since)
+    if scope is not None:
+        clauses.append(f"integration_id IN ({', '.join('?' * len(scope))})")
+        params.extend(sorted(scope))
+    where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
+    (count,) = connection.execute(f"SELECT count(*) FROM applicants {where}", params).fetchone()
+    return int(count)
+
+
+def values_in(connection: sqlite3.Connection) -> Values:
+    """Every value each filtered column holds, to draw filter values from."""
+    found: Values = {}
+    for column in {"change_seq", *(rule[0] for rule in RULES.values())}:
+        rows = connection.execute(f"SELECT DISTINCT {column} FROM applicants ORDER BY 1")
+        found[column] = [row[0] for row in rows]
+    return found
+
+
+@st.composite
+def queries(draw: st.DrawFn, values: Values) -> tuple[ApplicantQuery, frozenset[str] | None]:
+    """A query of random broad filters (values held by some row, one past them, or none
+    held at all), perhaps a sync position, and perhaps a scope."""
+    names = draw(st.lists(st.sampled_from(FILTER_ORDER), unique=True, max_size=4))
+    filters: list[tuple[str, str | int]] = []
+    for name in sorted(names, key=FILTER_ORDER.index):
+        column, operator = RULES[name]
+        held = values[column]
+        if operator == "=":
+            value: str | int = draw(st.sampled_from(held) | st.just("no-such-value"))
+        else:
+            value = draw(st.sampled_from(held)) + draw(st.sampled_from((-1, 0, 1)))
+        filters.append((name, value))
+    changed_since = draw(st.none() | st.sampled_from(values["change_seq"]))
+    integrations = values["integration_id"] + ["int_nobody"]
+    scope = draw(st.none() | st.frozensets(st.sampled_from(integrations), min_size=1, max_size=3))
+    return ApplicantQuery(filters=tuple(filters), changed_since=changed_since), scope
+
+
+@pytest.fixture(scope="module")
+def seeded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, sqlite3.Connection]]:
+    path = tmp_path_factory.mktemp("counter") / "seeded.db"
+    connection = open_for_write(path)
+    write_records(connection, synthetic_applicants(SEEDED, seed=11))
+    yield path, connection
+    connection.close()
+
+
+def caught_up(path: Path, counter: MatchCounter | None = None) -> MatchCounter:
+    counter = counter or MatchCounter(path)
+    asyncio.run(counter.catch_up())
+    return counter
+
+
+def test_the_seed_has_what_the_filters_need(seeded: tuple[Path, sqlite3.Connection]) -> None:
+    """Several integrations, vendors and properties, or the property below proves little."""
+    values = values_in(seeded[1])
+    assert len(values["integration_id"]) >= 3
+    assert len(values["integration_vendor"]) >= 3
+    assert len(values["property_id"]) >= 10
+
+
+@pytest.fixture(scope="module")
+def seeded_values(seeded: tuple[Path, sqlite3.Connection]) -> Values:
+    return values_in(seeded[1])
+
+
+@pytest.fixture(scope="module")
+def seeded_counter(seeded: tuple[Path, sqlite3.Connection]) -> MatchCounter:
+    return caught_up(seeded[0])
+
+
+@settings(
+    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(data=st.data())
+def test_every_count_is_count_star(
+    seeded: tuple[Path, sqlite3.Connection],
+    seeded_values: Values,
+    seeded_counter: MatchCounter,
+    data: st.DataObject,
+) -> None:
+    connection, counter = seeded[1], seeded_counter
+    assert counter.rows == SEEDED
+    query, scope = data.draw(queries(seeded_values))
+    assert MatchCounter.covers(query)
+    assert counter.count(query, scope) == expected_count(connection, query, scope)
+
+
+def moved(record: Applicant, draw: st.DrawFn, values: Values) -> Applicant:
+    """The record with new values in the columns the broad filters test (not its upsert
+    key, which names the record)."""
+    changes: dict[str, Any] = {}
+    if draw(st.booleans()):
+        changes["property_id"] = draw(st.sampled_from([*values["property_id"], "prop_moved"]))
+    if draw(st.booleans()):
+        changes["integration_vendor"] = draw(st.sampled_from(["YARDI", "MOVEDVENDOR"]))
+    if draw(st.booleans()):
+        changes["updated_at"] = f"{draw(LEAP_YEARS)}{record.updated_at[4:]}"
+    if draw(st.booleans()):
+        changes["last_seen"] = f"{draw(LEAP_YEARS)}{record.last_seen[4:]}"
+    return msgspec.structs.replace(record, **changes)
+
+
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(data=st.data())
+def test_counts_are_exact_right_after_an_import(data: st.DataObject) -> None:
+    """An import that adds records, moves others and rewrites some unchanged: the copy
+    follows it (by the change sequence) and every count is count(*) again."""
+    with tempfile.TemporaryDirectory() as directory:
+        check_imports(Path(directory) / "imported.db", data)
+
+
+def check_imports(path: Path, data: st.DataObject) -> None:
+    connection = open_for_write(path)
+    try:
+        records = list(synthetic_applicants(120, seed=5))
+        write_records(connection, records[:80])
+        counter = caught_up(path)
+        for _ in range(data.draw(st.integers(1, 3), label="imports")):
+            values = values_in(connection)
+            chosen = data.draw(st.lists(st.sampled_from(records[:80]), max_size=20))
+            batch = [moved(record, data.draw, values) for record in chosen]
+            batch += records[80 : 80 + data.draw(st.integers(0, 40), label="new")]
+            write_records(connection, batch)
+            caught_up(path, counter)
+            (stored,) = connection.execute("SELECT count(*) FROM applicants").fetchone()
+            assert counter.rows == stored
+            values = values_in(connection)
+            for _ in range(10):
+                query, scope = data.draw(queries(values))
+                assert counter.count(query, scope) == expected_count(connection, query, scope)
+    finally:
+        connection.close()
+
+
+def test_a_replaced_file_is_read_whole(tmp_path: Path) -> None:
+    """Another database moved to the path (as a replica's first copy is): its rowids say
+    nothing of the old file's, so the copy reads it whole, not as a change."""
+    path, other = tmp_path / "served.db", tmp_path / "other.db"
+    for target, count in ((path, 50), (other, 70)):
+        connection = open_for_write(target)
+        write_records(connection, synthetic_applicants(count, seed=count))
+        connection.close()
+    counter = caught_up(path)
+    assert counter.rows == 50
+    other.replace(path)
+    caught_up(path, counter)
+    assert counter.rows == 70
+    connection = sqlite3.connect(path)
+    try:
+        everything = ApplicantQuery()
+        assert counter.count(everything, None) == expected_count(connection, everything, None)
+    finally:
+        connection.close()
+
+
+def test_selective_filters_are_left_to_sqlite() -> None:
+    """email_1, phone_1 and x_id find their few rows by their own index."""
+    for name, value in (("email_1", "a@b.c"), ("phone_1", "5125550100"), ("x_id", "X")):
+        assert not MatchCounter.covers(ApplicantQuery(filters=((name, value),)))
+    assert MatchCounter.covers(ApplicantQuery(filters=(("property_id", "p"),)))
+
+
+def test_an_empty_database_counts_nothing(db_path: Path) -> None:
+    counter = caught_up(db_path)
+    assert counter.rows == 0
+    query = ApplicantQuery(filters=(("updated_at_gte", 0), ("property_id", "p")))
+    assert counter.count(query, frozenset({"int_a"})) == 0
+    assert counter.count(ApplicantQuery(), None) == 0
