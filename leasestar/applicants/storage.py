@@ -20,7 +20,7 @@ from typing import Any, Final, Generic, NamedTuple, TypeVar, cast
 from leasestar.applicants import plan
 from leasestar.applicants.cursors import KeyValue, last_record_start
 from leasestar.applicants.match_counter import MatchCounter
-from leasestar.applicants.ordering import SqlFragment
+from leasestar.applicants.ordering import SqlFragment, total_order
 from leasestar.applicants.plan import Anchors, ListPlan, Scope, plan_list
 from leasestar.applicants.query import ApplicantQuery
 from leasestar.database import ReadPool
@@ -190,8 +190,13 @@ class ApplicantReader:
         if self._counts_by_copy(page_plan):
             # At the copy's version, which may be a write behind: a plan needs only the
             # rough sizes.
-            counted = self._counter.count(page_plan.query, page_plan.scope)
-            return page_plan.walks(counted, self._counter.rows)
+            query = page_plan.query
+            lead = total_order(query.order_by)[0]
+            wanted = query.offset + query.limit
+            counted, stepped = self._counter.sizes(query, page_plan.scope, lead, wanted)
+            if query.after is not None:
+                stepped = None  # a cursor page's walk starts at the cursor, not the start
+            return page_plan.walks(counted, self._counter.rows, stepped)
         matches = self._latest_total(page_plan.matches)
         everything = self._latest_total(plan.EVERYTHING)
         if matches is None or everything is None:

@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from leasestar.applicants.match_counter import MatchCounter
 from leasestar.applicants.pipeline import write_records
 from leasestar.applicants.query import ApplicantQuery
-from leasestar.applicants.records import Applicant
+from leasestar.applicants.records import Applicant, SortKey
 from leasestar.database import open_for_write
 from leasestar.seed.generator import synthetic_applicants
 
@@ -48,6 +48,12 @@ Values = dict[str, list[Any]]
 def expected_count(
     connection: sqlite3.Connection, query: ApplicantQuery, scope: frozenset[str] | None
 ) -> int:
+    where, params = where_clause(query, scope)
+    (count,) = connection.execute(f"SELECT count(*) FROM applicants {where}", params).fetchone()
+    return int(count)
+
+
+def where_clause(query: ApplicantQuery, scope: frozenset[str] | None) -> tuple[str, list[Any]]:
     clauses: list[str] = []
     params: list[Any] = []
     for name, value in query.filters:
@@ -60,9 +66,7 @@ def expected_count(
     if scope is not None:
         clauses.append(f"integration_id IN ({', '.join('?' * len(scope))})")
         params.extend(sorted(scope))
-    where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
-    (count,) = connection.execute(f"SELECT count(*) FROM applicants {where}", params).fetchone()
-    return int(count)
+    return (f"WHERE {' AND '.join(clauses)}" if clauses else ""), params
 
 
 def values_in(connection: sqlite3.Connection) -> Values:
@@ -142,6 +146,50 @@ def test_every_count_is_count_star(
     query, scope = data.draw(queries(seeded_values))
     assert MatchCounter.covers(query)
     assert counter.count(query, scope) == expected_count(connection, query, scope)
+
+
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    data=st.data(),
+    lead=st.sampled_from(("created_at", "updated_at", "last_seen", "change_seq")),
+    direction=st.sampled_from(("asc", "desc")),
+    wanted=st.integers(1, 60),
+)
+def test_a_walks_length_is_counted(
+    seeded: tuple[Path, sqlite3.Connection],
+    seeded_values: Values,
+    seeded_counter: MatchCounter,
+    data: st.DataObject,
+    lead: str,
+    direction: str,
+    wanted: int,
+) -> None:
+    """The rows an ordering's walk steps over to reach its `wanted`-th match: those at
+    or before that match's value in the order."""
+    connection = seeded[1]
+    query, scope = data.draw(queries(seeded_values))
+    found, stepped = seeded_counter.sizes(query, scope, SortKey(lead, direction), wanted)
+    assert found == expected_count(connection, query, scope)
+    if found < wanted:
+        assert stepped == SEEDED
+        return
+    where, params = where_clause(query, scope)
+    (last,) = connection.execute(
+        f"SELECT {lead} FROM applicants {where} ORDER BY {lead} {direction} LIMIT 1 OFFSET ?",
+        (*params, wanted - 1),
+    ).fetchone()
+    before = ">=" if direction == "desc" else "<="
+    (expected,) = connection.execute(
+        f"SELECT count(*) FROM applicants WHERE {lead} {before} ?", (last,)
+    ).fetchone()
+    assert stepped == expected
+
+
+def test_a_walk_of_a_column_not_copied_is_not_counted(seeded_counter: MatchCounter) -> None:
+    found, stepped = seeded_counter.sizes(ApplicantQuery(), None, SortKey("last_name", "asc"), 10)
+    assert (found, stepped) == (SEEDED, None)
 
 
 def moved(record: Applicant, draw: st.DrawFn, values: Values) -> Applicant:

@@ -65,6 +65,8 @@ class RecordingPool:
     def __init__(self, connection: sqlite3.Connection) -> None:
         self.connection = connection
         self.statements: list[tuple[str, tuple[Any, ...]]] = []
+        # The file, for the reader's columnar copy of the counts (match_counter.py).
+        self.path = Path(connection.execute("PRAGMA database_list").fetchone()[2])
 
     async def fetchall(self, sql: str, parameters: Sequence[Any] = ()) -> list[Any]:
         self.statements.append((sql, tuple(parameters)))
