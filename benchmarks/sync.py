@@ -3,8 +3,12 @@ poll's wake-up latency with hundreds of waiting clients.
 
 - Stream: bytes per second of `GET /v1/applicants` with `Accept: application/x-ndjson`
   (curl, identity and gzip) against `leasestar export` of the same database to
-  /dev/null, best of three each; the server's RSS sampled every 20 ms during the stream,
-  against its RSS at idle.
+  /dev/null. The export and the two streams are taken in turn, `--rounds` times, and
+  medians reported: on a machine shared with other work, a best-of-N of each taken one
+  after the other measured mostly which of them ran at a quiet moment. Also each pass's
+  CPU time (the exporting or serving process's own, which other work moves less than
+  wall time) and the server's RSS sampled every 20 ms during the stream, against its
+  RSS at idle.
 - Long poll: N clients (raw asyncio sockets, one request each) wait with
   `changed_since=<high-water>&wait=30`; one record is written in this process and
   committed; each client's latency is from the commit's return to its complete answer.
@@ -19,11 +23,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import resource
 import sqlite3
 import statistics
 import subprocess
+import sys
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import databases
@@ -36,6 +43,7 @@ from leasestar.applicants.records import Applicant
 from leasestar.database import open_for_write
 
 CLIENT_CORE = "1"
+ENCODINGS = ("identity", "gzip")
 
 
 def _rss_kib(pid: int) -> int:
@@ -66,52 +74,80 @@ def _export_bytes(db: Path) -> int:
     return int(size)
 
 
-def _export_rate(db: Path, size: int) -> float:
-    """Bytes/s of `leasestar export` to /dev/null, best of three."""
+@dataclass
+class Run:
+    """One whole pass over the table: export to /dev/null, or one curl stream."""
+
+    seconds: float
+    cpu: float  # CPU seconds of the exporting or serving process
+    wire: int = 0  # bytes on the wire (a stream)
+    peak_kib: int = 0  # the server's peak RSS during the stream
+
+
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _export_once(db: Path) -> Run:
+    """`leasestar export` to /dev/null, pinned to the server's core (taskset execs it, so
+    its CPU time is the export's own)."""
     command = [str(harness.LEASESTAR), "export", "--db", str(db)]
-    best = 0.0
-    for _ in range(3):
-        started = time.perf_counter()
-        subprocess.run(
-            [*harness.pinned(harness.SERVER_CORE), *command],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            check=True,
-        )
-        best = max(best, size / (time.perf_counter() - started))
-    return best
+    cpu = _children_cpu()
+    started = time.perf_counter()
+    subprocess.run(
+        [*harness.pinned(harness.SERVER_CORE), *command],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        check=True,
+    )
+    return Run(time.perf_counter() - started, _children_cpu() - cpu)
 
 
-def _stream_rate(server: harness.Server, token: str, encoding: str) -> tuple[float, int, int]:
-    """(whole streams per second, bytes on the wire, peak RSS KiB) of a curl stream of the
-    whole table in id order (the export's order and bytes), best of three."""
-    best = 0.0
-    wire = 0
-    peak = 0
-    for _ in range(3):
-        stop = threading.Event()
-        samples: list[int] = []
-        sampler = threading.Thread(target=_sample_rss, args=(server.pid, stop, samples))
-        sampler.start()
-        started = time.perf_counter()
-        done = subprocess.run(
-            [
-                *harness.pinned(CLIENT_CORE),
-                *("curl", "-sS", "-o", "/dev/null", "-w", "%{size_download}"),
-                *("-H", f"Authorization: Bearer {token}", "-H", "Accept: application/x-ndjson"),
-                *("-H", f"Accept-Encoding: {encoding}", f"{server.base}/v1/applicants?order-by="),
-            ],
-            capture_output=True,
-            text=True,
-            check=True,
-        )
-        elapsed = time.perf_counter() - started
-        stop.set()
-        sampler.join()
-        wire = int(done.stdout)
-        peak = max(peak, *samples)
-        best = max(best, 1 / elapsed)
-    return best, wire, peak
+def _stream_once(server: harness.Server, token: str, encoding: str) -> Run:
+    """One curl stream of the whole table in id order (the export's order and bytes), with
+    the server's CPU time and its RSS sampled every 20 ms."""
+    stop = threading.Event()
+    samples: list[int] = []
+    sampler = threading.Thread(target=_sample_rss, args=(server.pid, stop, samples))
+    sampler.start()
+    cpu = _cpu_seconds(server.pid)
+    started = time.perf_counter()
+    done = subprocess.run(
+        [
+            *harness.pinned(CLIENT_CORE),
+            *("curl", "-sS", "-o", "/dev/null", "-w", "%{size_download}"),
+            *("-H", f"Authorization: Bearer {token}", "-H", "Accept: application/x-ndjson"),
+            *("-H", f"Accept-Encoding: {encoding}", f"{server.base}/v1/applicants?order-by="),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    elapsed = time.perf_counter() - started
+    stop.set()
+    sampler.join()
+    return Run(elapsed, _cpu_seconds(server.pid) - cpu, int(done.stdout), max(samples))
+
+
+def _alternate(db: Path, rounds: int) -> tuple[list[Run], dict[str, list[Run]], int]:
+    """(exports, streams by encoding, server RSS at idle): export and each stream taken in
+    turn, `rounds` times, so that other work on a shared machine weighs on each alike."""
+    token = databases.create_token(db, "sync")
+    exports: list[Run] = []
+    streams: dict[str, list[Run]] = {encoding: [] for encoding in ENCODINGS}
+    with harness.leasestar_server("sync", db, {"LEASESTAR_LOG_FORMAT": "off"}) as server:
+        idle = _rss_kib(server.pid)
+        for number in range(1, rounds + 1):
+            exports.append(_export_once(db))
+            for encoding in ENCODINGS:
+                streams[encoding].append(_stream_once(server, token, encoding))
+            harness.say(
+                f"round {number}/{rounds}: export {exports[-1].seconds:.2f} s, "
+                + ", ".join(f"{e} {runs[-1].seconds:.2f} s" for e, runs in streams.items())
+                + f"; load {provenance.loadavg()}"
+            )
+    return exports, streams, idle
 
 
 async def _long_poll(port: int, token: str, since: int) -> bytes:
@@ -161,21 +197,48 @@ async def _wake_up(server: harness.Server, db: Path, token: str, clients: int) -
     }
 
 
+def _stream_rows(
+    exports: list[Run], streams: dict[str, list[Run]], size: int, idle: int
+) -> list[str]:
+    export_seconds = statistics.median(run.seconds for run in exports)
+    export_cpu = statistics.median(run.cpu for run in exports)
+    rows = [
+        f"| `leasestar export` to /dev/null | {size / export_seconds / 1e6:,.0f} MB/s | 1.00x "
+        f"| | {export_cpu:.2f} s | {size / 1e6:,.0f} MB | |",
+    ]
+    for encoding, runs in streams.items():
+        seconds = statistics.median(run.seconds for run in runs)
+        # Each round's stream against that round's export: paired, so a load that came
+        # and went during the run weighs on both sides of a ratio.
+        paired = statistics.median(
+            export.seconds / run.seconds for export, run in zip(exports, runs, strict=True)
+        )
+        cpu = statistics.median(run.cpu for run in runs)
+        peak = max(run.peak_kib for run in runs)
+        rows.append(
+            f"| stream, `Accept-Encoding: {encoding}` | {size / seconds / 1e6:,.0f} MB/s "
+            f"| {export_seconds / seconds:.2f}x | {paired:.2f}x | {cpu:.2f} s "
+            f"| {runs[-1].wire / 1e6:,.0f} MB | {(peak - idle) / 1024:,.0f} MB |"
+        )
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="100,000 rows, 200 clients")
+    parser.add_argument(
+        "--rounds", type=int, default=5, help="export and streams taken in turn (default 5)"
+    )
     args = parser.parse_args()
+    harness.raise_priority()
     rows, clients = (100_000, 200) if args.quick else (1_000_000, 500)
     db = databases.ensure_database(rows)
     export_bytes = _export_bytes(db)
-    export_rate = _export_rate(db, export_bytes)
-    token = databases.create_token(db, "sync")
-    results: dict[str, tuple[float, int, int]] = {}
-    with harness.leasestar_server("sync", db, {"LEASESTAR_LOG_FORMAT": "off"}) as server:
-        idle = _rss_kib(server.pid)
-        for encoding in ("identity", "gzip"):
-            per_second, wire, peak = _stream_rate(server, token, encoding)
-            results[encoding] = (per_second * export_bytes, wire, peak)
+    load_before = provenance.loadavg()
+    started = time.monotonic()
+    exports, streams, idle = _alternate(db, args.rounds)
+    minutes = (time.monotonic() - started) / 60
+    load_after = provenance.loadavg()
     poll_db = harness.WORK / "sync-long-poll.db"
     with sqlite3.connect(db) as source, sqlite3.connect(poll_db) as target:
         source.backup(target)
@@ -184,24 +247,25 @@ def main() -> None:
         wake = asyncio.run(_wake_up(server, poll_db, poll_token, clients))
     for suffix in ("", "-wal", "-shm"):
         Path(f"{poll_db}{suffix}").unlink(missing_ok=True)
+    command = "python benchmarks/sync.py" + "".join(f" {arg}" for arg in sys.argv[1:])
     lines = [
         "<!-- BEGIN sync -->",
         "## Sync clients: NDJSON streams and long polls (issue 13)",
         "",
-        f"`python benchmarks/sync.py{' --quick' if args.quick else ''}` at "
-        f"{provenance.git_commit()}, {rows:,} applicants; {provenance.describe_machine()}",
+        f"`{command}` at {provenance.git_commit()}, "
+        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {rows:,} applicants; "
+        f"{provenance.describe_machine()}. Export, identity stream and gzip stream taken in "
+        f"turn, {args.rounds} rounds ({minutes:.1f} min); medians. Load average "
+        f"{load_before} before, {load_after} after (other sessions share the machine: "
+        "the paired ratio, each round's stream against that round's export, moves least "
+        "with their load). The export, and the server, run pinned to core "
+        f"{harness.SERVER_CORE}, curl to core {CLIENT_CORE}; CPU is the exporting or serving "
+        "process's own, per pass over the table.",
         "",
-        "| what | bytes/s | vs export | on the wire | server RSS peak over idle |",
-        "|---|---:|---:|---:|---:|",
-        f"| `leasestar export` to /dev/null | {export_rate / 1e6:,.0f} MB/s | 1.00x "
-        f"| {export_bytes / 1e6:,.0f} MB | |",
-    ]
-    for encoding, (rate, wire, peak) in results.items():
-        lines.append(
-            f"| stream, `Accept-Encoding: {encoding}` | {rate / 1e6:,.0f} MB/s "
-            f"| {rate / export_rate:.2f}x | {wire / 1e6:,.0f} MB | {(peak - idle) / 1024:,.0f} MB |"
-        )
-    lines += [
+        "| what | bytes/s | vs export | vs export, paired | CPU | on the wire "
+        "| server RSS peak over idle |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+        *_stream_rows(exports, streams, export_bytes, idle),
         "",
         f"Long poll, {clients} clients waiting, one write committed: wake-up p50 "
         f"{wake['p50'] * 1000:,.0f} ms, p99 {wake['p99'] * 1000:,.0f} ms, max "
