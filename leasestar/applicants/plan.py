@@ -279,17 +279,32 @@ class ListPlan:
             self.matches.params,
         )
 
+    @property
+    def wanted(self) -> int:
+        """The matches a page's walk must reach: those it skips, then the page."""
+        return _skip(self.query) + self.query.limit
+
     def walks(self, matches: int, everything: int, stepped: int | None = None) -> bool:
         """Walk the ordering's index when that costs less than collecting the matches.
 
         The walk steps over `stepped` rows when the caller knows (the rows of the order up
-        to the last one the page needs), else about (skipped + limit) * everything /
-        matches, as if matches were spread evenly through the order.
+        to the last one the page needs), else about wanted * everything / matches, as if
+        the matches were spread evenly through the order.
         """
-        wanted = _skip(self.query) + self.query.limit
         if stepped is None:
-            stepped = min(everything, wanted * everything // max(matches, 1))
+            stepped = min(everything, self.wanted * everything // max(matches, 1))
         return stepped * walk_row_cost(self.query, self.scope) < matches
+
+    def walks_whatever_the_spread(self, matches: int, everything: int) -> bool | None:
+        """`walks` where how the matches spread through the order cannot change it: a
+        walk steps over at least `wanted` rows and at most every non-match besides (and
+        never more rows than there are)."""
+        cost = walk_row_cost(self.query, self.scope)
+        if min(everything, everything - matches + self.wanted) * cost < matches:
+            return True
+        if min(everything, self.wanted) * cost >= matches:
+            return False
+        return None
 
     @property
     def uses_checkpoints(self) -> bool:

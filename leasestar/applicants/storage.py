@@ -190,13 +190,7 @@ class ApplicantReader:
         if self._counts_by_copy(page_plan):
             # At the copy's version, which may be a write behind: a plan needs only the
             # rough sizes.
-            query = page_plan.query
-            lead = total_order(query.order_by)[0]
-            wanted = query.offset + query.limit
-            counted, stepped = self._counter.sizes(query, page_plan.scope, lead, wanted)
-            if query.after is not None:
-                stepped = None  # a cursor page's walk starts at the cursor, not the start
-            return page_plan.walks(counted, self._counter.rows, stepped)
+            return self._walk_by_copy(page_plan)
         matches = self._latest_total(page_plan.matches)
         everything = self._latest_total(plan.EVERYTHING)
         if matches is None or everything is None:
@@ -204,6 +198,20 @@ class ApplicantReader:
             self._remember_total(page_plan.matches, version, matches)
             self._remember_total(plan.EVERYTHING, version, everything)
         return page_plan.walks(matches, everything)
+
+    def _walk_by_copy(self, page_plan: ListPlan) -> bool:
+        """`_walk` from the columnar copy's counts: the walk's length counted when its
+        spread decides (`ListPlan.walks_whatever_the_spread`) and the copy holds the lead."""
+        query, scope, everything = page_plan.query, page_plan.scope, self._counter.rows
+        matches = self._counter.count(query, scope)
+        clear = page_plan.walks_whatever_the_spread(matches, everything)
+        if clear is not None:
+            return clear
+        stepped = None  # a cursor page's walk starts at the cursor: estimated
+        if query.after is None:
+            lead = total_order(query.order_by)[0]
+            stepped = self._counter.rows_stepped(query, scope, lead, page_plan.wanted)
+        return page_plan.walks(matches, everything, stepped)
 
     async def _anchors(self, page_plan: ListPlan, walk: bool) -> tuple[int | None, Anchors]:
         """The checkpoints of this query's filters and order (read once per data version)."""
