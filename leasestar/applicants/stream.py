@@ -7,11 +7,12 @@ puts in `results`.
 
 The stream reads one snapshot: one read transaction on a connection of its own (not one
 of the pool's, which a long stream would take from every other request), fetched in
-batches on a worker thread. Memory stays at about one batch whatever the size: the
-server's `send` waits while the client's socket is full, and the next batch is read only
-after the last one was handed over. In WAL mode an open reader never blocks a writer's
-commit; it only keeps checkpoints from going past its snapshot until it ends, so the
-WAL grows by the size of the writes made during the stream and is checkpointed after.
+batches on a worker thread. Memory stays at about one batch (and the connection's page
+cache, `STREAM_CACHE_KIB`) whatever the size: the server's `send` waits while the
+client's socket is full, and the next batch is read only after the last one was handed
+over. In WAL mode an open reader never blocks a writer's commit; it only keeps
+checkpoints from going past its snapshot until it ends, so the WAL grows by the size of
+the writes made during the stream and is checkpointed after.
 
 A sync stream (`changed_since`) is resumable: after each batch and at its end it sends
 one line of its own, `{"changeSeq":N}`, meaning every record up to change sequence N has
