@@ -14,9 +14,12 @@ fresh ATTACH, inside one write transaction on the served database:
   than what is served, and have the same schema; otherwise nothing is written.
 
 Every write to an applicant gives it a new change sequence and records are never deleted
-(`leasestar/applicants/writer.py`), so those rows are exactly what changed. The cost is
-that of writing the changed rows, as it was on the primary, instead of a copy of the
-whole database per change (measured in `docs/replicas.md`).
+(`leasestar/applicants/writer.py`), so those rows are exactly what changed. They are
+written with the primary's rowids: the primary updates a record in place, and the
+columnar copy that counts totals (`applicants/match_counter.py`) is indexed by rowid, so
+an updated record must not move to a new one on a replica. The cost is that of writing
+the changed rows, as it was on the primary, instead of a copy of the whole database per
+change (measured in `docs/replicas.md`).
 """
 
 from __future__ import annotations
@@ -137,6 +140,21 @@ def checkpoint(served: sqlite3.Connection, rows: int) -> None:
     served.execute(f"PRAGMA wal_checkpoint({mode})").fetchall()
 
 
+def pending_writes(served: sqlite3.Connection, followed: Path) -> int:
+    """How many row writes the followed file holds beyond the served database: the lead of
+    its change sequence (every row written takes the next one). A glance, outside any
+    transaction, to choose where to apply the change; `apply_changes` checks again."""
+    source = sqlite3.connect(read_uri(followed), uri=True, timeout=BUSY_TIMEOUT_MS / 1000)
+    try:
+        row = source.execute("SELECT change_seq FROM sync_state").fetchone()
+    except sqlite3.DatabaseError:
+        return 0  # not a leasestar database: apply_changes refuses it
+    finally:
+        source.close()
+    (served_seq,) = served.execute("SELECT change_seq FROM main.sync_state").fetchone()
+    return 0 if row is None else max(int(row[0]) - int(served_seq), 0)
+
+
 def apply_changes(
     served: sqlite3.Connection, followed: Path, identity: str, alive: Callable[[], bool]
 ) -> Applied:
@@ -176,9 +194,14 @@ def _apply(served: sqlite3.Connection, identity: str, alive: Callable[[], bool])
         raise SchemaDiffers
     rows = 0
     if followed_seq > served_seq:
+        # Named from the served table (the schemas are equal), so that the statement
+        # follows the schema: SQLite identifiers, never input.
+        columns = ", ".join(
+            f'"{name}"' for _, name, *_ in served.execute("PRAGMA main.table_info(applicants)")
+        )
         cursor = served.execute(
-            "INSERT OR REPLACE INTO main.applicants "
-            "SELECT * FROM followed.applicants WHERE change_seq > ?",
+            f"INSERT OR REPLACE INTO main.applicants (rowid, {columns}) "
+            f"SELECT rowid, {columns} FROM followed.applicants WHERE change_seq > ?",
             (served_seq,),
         )
         rows = cursor.rowcount
