@@ -19,6 +19,7 @@ from leasestar.auth import TokenError
 from leasestar.config import (
     DEFAULT_DB,
     DEFAULT_RATE_LIMIT,
+    DEFAULT_TOKEN_CONCURRENCY,
     HEAD_TIMEOUT_RANGE,
     KEEP_ALIVE_TIMEOUT_RANGE,
     MAX_CONNECTIONS_RANGE,
@@ -32,6 +33,7 @@ from leasestar.config import (
     parse_listen_address,
     parse_log_format,
     parse_rate_limit,
+    parse_token_concurrency,
     parse_workers,
 )
 from leasestar.database import DatabaseError, describe_failure
@@ -107,6 +109,14 @@ def _rate_limit(text: str) -> str:
         raise argparse.ArgumentTypeError(str(error)) from None
 
 
+def _token_concurrency(text: str) -> str:
+    try:
+        found = parse_token_concurrency(text, "--token-concurrency")
+    except SettingsError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+    return "off" if found is None else str(found)
+
+
 def _listen_address(text: str) -> ListenAddress | None:
     try:
         return parse_listen_address(text, "--metrics-address")
@@ -171,6 +181,15 @@ def build_parser(settings: Settings) -> argparse.ArgumentParser:
         default=_rate_text(settings.rate_limit),
         help="per-token limit N/second|minute|hour|day, or off "
         f"(env LEASESTAR_RATE_LIMIT, default {DEFAULT_RATE_LIMIT})",
+    )
+    serve.add_argument(
+        "--token-concurrency",
+        type=_token_concurrency,
+        default="off" if settings.token_concurrency is None else str(settings.token_concurrency),
+        metavar="N",
+        help="requests of one token a worker serves at once (more wait their turn), "
+        "or off; only with the rate limit "
+        f"(env LEASESTAR_TOKEN_CONCURRENCY, default {DEFAULT_TOKEN_CONCURRENCY})",
     )
     serve.add_argument(
         "--compression",

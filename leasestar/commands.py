@@ -229,6 +229,7 @@ def _run_server(args: argparse.Namespace, path: Path) -> int:
         LEASESTAR_READ_CONNECTIONS=str(args.read_connections),
         LEASESTAR_LOG_FORMAT=args.log_format,
         LEASESTAR_RATE_LIMIT=args.rate_limit,
+        LEASESTAR_TOKEN_CONCURRENCY=args.token_concurrency,
         LEASESTAR_COMPRESSION="on" if args.compression else "off",
         LEASESTAR_HEAD_TIMEOUT=str(args.head_timeout),
         LEASESTAR_SEND_TIMEOUT=str(args.send_timeout),

@@ -14,6 +14,10 @@ from typing import Final, Literal, cast, get_args
 
 DEFAULT_DB: Final = "./leasestar.db"
 DEFAULT_RATE_LIMIT: Final = "600/minute"
+# Requests of one token a worker process serves at once (with the rate limit on); more
+# wait their turn. Fewer than the read connections (4), so one token's expensive
+# requests leave the others some, and a core (benchmarks/RESULTS.md, "fairness").
+DEFAULT_TOKEN_CONCURRENCY: Final = 2
 # Connection limits for a server facing the internet alone (issue 18; README, Security):
 # a request head must be complete this many seconds after the connection opened or its
 # previous response was sent; a client that reads nothing of its response for
@@ -99,6 +103,7 @@ HEAD_TIMEOUT_RANGE: Final = (1, 300)  # seconds
 SEND_TIMEOUT_RANGE: Final = (1, 3600)  # seconds
 KEEP_ALIVE_TIMEOUT_RANGE: Final = (1, 300)  # seconds
 MAX_CONNECTIONS_RANGE: Final = (1, 100_000)  # per worker process
+TOKEN_CONCURRENCY_RANGE: Final = (1, 10_000)  # per token and worker process
 
 
 def _int_env(name: str, default: int, bounds: tuple[int, int]) -> int:
@@ -129,6 +134,19 @@ def parse_workers(text: str, name: str = "LEASESTAR_WORKERS") -> int:
     return int(text)
 
 
+def parse_token_concurrency(text: str, name: str = "LEASESTAR_TOKEN_CONCURRENCY") -> int | None:
+    """A number of requests within TOKEN_CONCURRENCY_RANGE, or `off`."""
+    text = text.strip().lower()
+    if text in ("off", "none"):
+        return None
+    low, high = TOKEN_CONCURRENCY_RANGE
+    if not text.isdigit() or not low <= int(text) <= high:
+        raise SettingsError(
+            f"{name} must be an integer between {low} and {high} or off, got {text!r}"
+        )
+    return int(text)
+
+
 def _bool_env(name: str, default: bool) -> bool:
     text = os.environ.get(name, "").strip().lower()
     if not text:
@@ -151,6 +169,8 @@ class Settings:
     # Off for an app built in code (tests, embedding); `from_env`, which `leasestar
     # serve` uses, turns it on with DEFAULT_RATE_LIMIT unless told otherwise.
     rate_limit: RateLimit | None = None
+    # A token's requests in progress per worker process, while the rate limit is on.
+    token_concurrency: int | None = DEFAULT_TOKEN_CONCURRENCY
     compression: bool = True
     head_timeout: int = DEFAULT_HEAD_TIMEOUT
     send_timeout: int = DEFAULT_SEND_TIMEOUT
@@ -170,6 +190,9 @@ class Settings:
             log_format=parse_log_format(os.environ.get("LEASESTAR_LOG_FORMAT") or "json"),
             rate_limit=parse_rate_limit(
                 os.environ.get("LEASESTAR_RATE_LIMIT") or DEFAULT_RATE_LIMIT
+            ),
+            token_concurrency=parse_token_concurrency(
+                os.environ.get("LEASESTAR_TOKEN_CONCURRENCY") or str(DEFAULT_TOKEN_CONCURRENCY)
             ),
             compression=_bool_env("LEASESTAR_COMPRESSION", True),
             head_timeout=_int_env(

@@ -17,6 +17,7 @@ from litestar.types import ExceptionHandlersMap
 
 from leasestar.auth import redact_token_secrets
 from leasestar.client.errors import ErrorBody, ErrorCode, ErrorDetail, ErrorDetails
+from leasestar.rate_limit import TooManyAtOnce
 
 logger = logging.getLogger("leasestar.errors")
 
@@ -106,6 +107,8 @@ def _http_exception(_: Request[Any, Any, Any], exc: HTTPException) -> Response[b
         # in the header every HTTP client understands.
         headers.setdefault("Retry-After", headers.get("x-ratelimit-reset", "1"))
     message = ERROR_MESSAGES.get(status) if status in (404, 405, 429) else None
+    if isinstance(exc, TooManyAtOnce):  # not the budget: say what was refused
+        message = exc.detail
     if message is None:
         message = exc.detail if isinstance(exc.detail, str) and exc.detail else "bad request"
     return error_response(status, message, headers=headers or None)

@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any, cast
 
-from litestar import Litestar, Request
+from litestar import Litestar, Request, Router
 from litestar.middleware import DefineMiddleware
 from litestar.middleware.rate_limit import RateLimitConfig
 from litestar.openapi import OpenAPIConfig
@@ -26,7 +26,7 @@ from leasestar.docs import SchemaNotFound, docs_assets, docs_page
 from leasestar.errors import EXCEPTION_HANDLERS
 from leasestar.hygiene import HygieneMiddleware
 from leasestar.observability import AccessLog, Metrics, ObservabilityMiddleware
-from leasestar.rate_limit import SharedRateLimitMiddleware, WindowCounter, counter_path
+from leasestar.rate_limit import SharedRateLimitMiddleware, TokenLimits, counter_path
 from leasestar.replica.layout import ReplicaLayout
 from leasestar.replica.status import ReplicaMetrics
 from leasestar.service import DatabaseFile, ServiceController
@@ -49,6 +49,11 @@ def create_app(settings: Settings | None = None) -> Litestar:
     layout = ReplicaLayout(settings.db_path)
     replica = layout if layout.marker() is not None else None
     replica_metrics = ReplicaMetrics(metrics.registry) if replica is not None else None
+    limits = (
+        TokenLimits(counter_path(settings.db_path), settings.token_concurrency)
+        if settings.rate_limit is not None
+        else None
+    )
 
     @asynccontextmanager
     async def database(app: Litestar) -> AsyncIterator[None]:
@@ -67,38 +72,42 @@ def create_app(settings: Settings | None = None) -> Litestar:
         app.state.metrics_address = settings.metrics_address
         app.state.cursor_codec = CursorCodec(await reader.cursor_key())
         app.state.tokens = TokenRegistry(settings.db_path)
-        if settings.rate_limit is not None:
-            app.state.rate_limit_counter = WindowCounter(counter_path(settings.db_path))
+        if limits is not None:
+            limits.open()
         try:
             yield
         finally:
             access_log.flush()
             await app.state.change_watcher.close()
             app.state.tokens.close()
-            if settings.rate_limit is not None:
-                app.state.rate_limit_counter.close()
+            if limits is not None:
+                limits.close()
             await reader.close()
             await pool.close()
 
     middleware: list[Any] = [DefineMiddleware(BearerTokenMiddleware, exclude=UNAUTHENTICATED_PATHS)]
-    if settings.rate_limit is not None:
+    api: Any = ApplicantController
+    if settings.rate_limit is not None and limits is not None:
         # After authentication, so the limit is keyed on the token; counted in a file
-        # every worker shares (leasestar/rate_limit.py).
-        middleware.append(
-            RateLimitConfig(
-                rate_limit=(settings.rate_limit.unit, settings.rate_limit.requests),
-                middleware_class=SharedRateLimitMiddleware,
-                exclude=UNAUTHENTICATED_PATHS,
-                identifier_for_request=_token_identity,
-                rate_limit_limit_header_key="x-ratelimit-limit",
-                rate_limit_remaining_header_key="x-ratelimit-remaining",
-                rate_limit_reset_header_key="x-ratelimit-reset",
-                rate_limit_policy_header_key="x-ratelimit-policy",
-            ).middleware
+        # every worker shares (leasestar/rate_limit.py). Mounted on the API's routes
+        # alone: the service and documentation routes never meet it, and no request
+        # pays for matching its path against patterns to exclude.
+        limiter = RateLimitConfig(
+            rate_limit=(settings.rate_limit.unit, settings.rate_limit.requests),
+            middleware_class=SharedRateLimitMiddleware,
+            identifier_for_request=_token_identity,
+            rate_limit_limit_header_key="x-ratelimit-limit",
+            rate_limit_remaining_header_key="x-ratelimit-remaining",
+            rate_limit_reset_header_key="x-ratelimit-reset",
+            rate_limit_policy_header_key="x-ratelimit-policy",
         )
+        middleware_of_api = DefineMiddleware(
+            SharedRateLimitMiddleware, config=limiter, limits=limits
+        )
+        api = Router("/", route_handlers=[ApplicantController], middleware=[middleware_of_api])
 
     app = Litestar(
-        route_handlers=[ApplicantController, ServiceController, docs_assets()],
+        route_handlers=[api, ServiceController, docs_assets()],
         lifespan=[database],
         exception_handlers=EXCEPTION_HANDLERS,
         middleware=middleware,

@@ -44,8 +44,9 @@ _ERROR_DESCRIPTIONS: Final[dict[int, str]] = {
     "`Transfer-Encoding`): this API takes none. The body is not read and the connection "
     "is closed.",
     414: f"The path and query string together are longer than {MAX_TARGET_BYTES} bytes.",
-    429: "The token sent more requests than the server's rate limit allows; `Retry-After` "
-    "says how many seconds to wait.",
+    429: "The token sent more requests than the server's rate limit allows, or already has "
+    "as many requests in progress as a server process takes at once from one token "
+    "(`message` says which); `Retry-After` says how many seconds to wait.",
     431: f"The request headers together are larger than {MAX_HEADER_BYTES} bytes.",
     500: "A fault of the server. The body carries no trace, SQL or path; the server log has "
     "them, under the response's `X-Request-ID`.",

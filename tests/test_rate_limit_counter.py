@@ -26,7 +26,7 @@ NO_LIMIT = 10**9
 def _count_many(path: str, key: str, times: int) -> list[int]:
     counter = WindowCounter(Path(path))
     try:
-        return [counter.count(key, NO_LIMIT, 3600).count for _ in range(times)]
+        return [counter.count(key, NO_LIMIT, 3600).requests for _ in range(times)]
     finally:
         counter.close()
 
@@ -61,26 +61,26 @@ def test_a_window_caps_at_the_budget_and_renews_when_it_ends(
 ) -> None:
     start = clock[0]
     windows = [counter.count("a", 3, 60) for _ in range(5)]
-    assert [w.count for w in windows] == [1, 2, 3, 4, 4]  # refusals are not counted
+    assert [w.requests for w in windows] == [1, 2, 3, 4, 4]  # refusals are not counted
     assert {w.resets_at for w in windows} == {start + 60}  # nor move the window's end
     clock[0] = start + 59
-    assert counter.count("a", 3, 60).count == 4
+    assert counter.count("a", 3, 60).requests == 4
     clock[0] = start + 60
     renewed = counter.count("a", 3, 60)
-    assert (renewed.count, renewed.resets_at) == (1, start + 120)
-    assert counter.count("b", 3, 60).count == 1  # each key its own window
+    assert (renewed.requests, renewed.resets_at) == (1, start + 120)
+    assert counter.count("b", 3, 60).requests == 1  # each key its own window
 
 
 def test_ended_windows_make_room_for_other_keys(counter: WindowCounter, clock: list[int]) -> None:
     slots = leasestar.rate_limit._SLOTS
     for n in range(slots):
-        assert counter.count(f"key-{n}", 5, 60).count == 1
+        assert counter.count(f"key-{n}", 5, 60).requests == 1
     with pytest.raises(CounterFull):
         counter.count("one-too-many", 5, 60)
-    assert counter.count("key-7", 5, 60).count == 2  # the open windows are intact
+    assert counter.count("key-7", 5, 60).requests == 2  # the open windows are intact
     clock[0] += 60
-    assert counter.count("one-too-many", 5, 60).count == 1
-    assert counter.count("key-7", 5, 60).count == 1  # its window ended: a new one
+    assert counter.count("one-too-many", 5, 60).requests == 1
+    assert counter.count("key-7", 5, 60).requests == 1  # its window ended: a new one
 
 
 def test_a_file_that_is_not_a_counter_is_refused(tmp_path: Path) -> None:

@@ -1,0 +1,243 @@
+"""No token can starve the rest (issue 17, point 5): `python benchmarks/fairness.py`.
+
+One `leasestar serve` (one worker, the default rate limit of 600 requests a minute) over
+the 100k database. A light token asks what most clients ask, the first list page and
+one applicant by random id in turn, 8 a second on one keep-alive connection (under its
+own budget), each timed from request to last byte. A heavy token sends its full
+allowance, 10 a second whatever the answers, of the most expensive request found:
+`order-by=last_name:asc&last_seen_gte=<random instant>&limit=250` (every match is
+sorted and counted), from a process of its own (so its threads do not slow the light
+client's timing), with up to 32 requests outstanding, as a client's connection pool.
+
+Slices alternate: the light token alone, then with the heavy token, and the heavy
+token's requests are drained before the next slice. Goal: the light token's p99 with the
+heavy token within 2x of its p99 alone. Each `--token-concurrency` value is a server of
+its own: `off` is the server before the cap. Writes the `fairness` section of
+`benchmarks/RESULTS.md`; `--quick` is a short look.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import multiprocessing
+import random
+import threading
+import time
+import urllib.parse
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from multiprocessing.synchronize import Event
+from pathlib import Path
+from typing import Any
+
+import databases
+import harness
+import provenance
+from cases import iso
+
+ROWS = 100_000
+LIGHT_RATE = 8  # requests a second, under the light token's own 600 a minute
+HEAVY_RATE = 10  # the heavy token's full allowance: 600 a minute
+HEAVY_OUTSTANDING = 32
+DRAIN_SECONDS = 180
+VARIANTS = ("off", "2")  # --token-concurrency: before the cap, and its default
+
+
+@dataclass
+class Heavy:
+    """What the heavy token sent in one slice and what it got."""
+
+    sent: int = 0
+    skipped: int = 0  # due, but HEAVY_OUTSTANDING were outstanding
+    statuses: dict[int, int] = field(default_factory=dict)
+    served_ms: list[float] = field(default_factory=list)
+
+
+def _heavy_request(base: str, path: str, token: str) -> tuple[int, float]:
+    split = urllib.parse.urlsplit(base)
+    connection = http.client.HTTPConnection(split.hostname or "", split.port, timeout=DRAIN_SECONDS)
+    started = time.perf_counter()
+    try:
+        connection.request("GET", path, headers={"Authorization": f"Bearer {token}"})
+        response = connection.getresponse()
+        response.read()
+        return response.status, (time.perf_counter() - started) * 1000
+    except OSError:
+        return 0, 0.0
+    finally:
+        connection.close()
+
+
+def heavy_sender(base: str, token: str, paths: list[str], go: Event, stop: Event, out: Any) -> None:
+    """Send HEAVY_RATE requests a second from `go` until `stop`, then wait for the answers."""
+    heavy = Heavy()
+    outstanding = threading.Semaphore(HEAVY_OUTSTANDING)
+    lock = threading.Lock()
+
+    def one(path: str) -> None:
+        try:
+            status, ms = _heavy_request(base, path, token)
+            with lock:
+                heavy.statuses[status] = heavy.statuses.get(status, 0) + 1
+                if status == 200:
+                    heavy.served_ms.append(ms)
+        finally:
+            outstanding.release()
+
+    with ThreadPoolExecutor(max_workers=HEAVY_OUTSTANDING) as pool:
+        go.wait()
+        started = time.perf_counter()
+        while not stop.is_set():
+            if outstanding.acquire(blocking=False):
+                pool.submit(one, paths[heavy.sent % len(paths)])
+                heavy.sent += 1
+            else:
+                heavy.skipped += 1
+            due = started + (heavy.sent + heavy.skipped) / HEAVY_RATE
+            stop.wait(max(due - time.perf_counter(), 0))
+    out.put(heavy)
+
+
+def light_slice(base: str, token: str, paths: list[str], seconds: float) -> list[float]:
+    """LIGHT_RATE requests a second for `seconds` on one connection: each one's ms."""
+    client = harness.KeepAlive(base)
+    latencies: list[float] = []
+    started = time.perf_counter()
+    try:
+        while time.perf_counter() - started < seconds:
+            status, _, _, elapsed = client.get(paths[len(latencies) % len(paths)], token)
+            if status != 200:
+                raise RuntimeError(f"the light token got {status}")
+            latencies.append(elapsed * 1000)
+            due = started + len(latencies) / LIGHT_RATE
+            time.sleep(max(due - time.perf_counter(), 0))
+    finally:
+        client.close()
+    return latencies
+
+
+def percentile(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    return ordered[max(0, min(len(ordered) - 1, round(p / 100 * len(ordered)) - 1))]
+
+
+@dataclass
+class Variant:
+    concurrency: str
+    alone: list[float] = field(default_factory=list)
+    loaded: list[float] = field(default_factory=list)
+    heavy: list[Heavy] = field(default_factory=list)
+
+    def row(self) -> str:
+        sent = sum(h.sent for h in self.heavy)
+        skipped = sum(h.skipped for h in self.heavy)
+        statuses: dict[int, int] = {}
+        for h in self.heavy:
+            for status, n in h.statuses.items():
+                statuses[status] = statuses.get(status, 0) + n
+        served = [ms for h in self.heavy for ms in h.served_ms]
+        ratio = percentile(self.loaded, 99) / percentile(self.alone, 99)
+        verdict = "✅" if ratio <= 2 else "❌"
+        return (
+            f"| {self.concurrency} | {len(self.alone)} | {percentile(self.alone, 50):.2f} | "
+            f"{percentile(self.alone, 99):.2f} | {percentile(self.loaded, 50):.2f} | "
+            f"{percentile(self.loaded, 99):.2f} | **{ratio:.2f}x** {verdict} | "
+            f"{sent:,} ({skipped:,} not sent) | {statuses.get(200, 0):,} | "
+            f"{statuses.get(429, 0):,} | "
+            f"{percentile(served, 50) / 1000 if served else 0:.2f} |"
+        )
+
+
+def measure(variant: Variant, db: Path, rounds: int, seconds: float) -> None:
+    light_token = databases.create_token(db, "fair-light")
+    heavy_token = databases.create_token(db, "fair-heavy")
+    reader = databases.read_only(db)
+    ids = [row[0] for row in reader.execute("SELECT id FROM applicants LIMIT 2000")]
+    low, high = reader.execute("SELECT min(last_seen), max(last_seen) FROM applicants").fetchone()
+    rng = random.Random(17)
+    light_paths = [p for i in ids for p in ("/v1/applicants", f"/v1/applicants/{i}")]
+    env = {"LEASESTAR_RATE_LIMIT": "600/minute", "LEASESTAR_LOG_FORMAT": "off"}
+    env["LEASESTAR_TOKEN_CONCURRENCY"] = variant.concurrency
+    spawn = multiprocessing.get_context("spawn")
+    with harness.leasestar_server(f"fairness-{variant.concurrency}", db, env) as server:
+        light_slice(server.base, light_token, light_paths, 2)  # warm-up
+        for number in range(rounds):
+            variant.alone += light_slice(server.base, light_token, light_paths, seconds)
+            # Fresh instants each round: no count cached from an earlier one answers.
+            heavy_paths = [
+                "/v1/applicants?order-by=last_name:asc&limit=250&last_seen_gte="
+                + urllib.parse.quote(iso(rng.randint(low, high)))
+                for _ in range(int(seconds * HEAVY_RATE) + 10)
+            ]
+            go, stop, out = spawn.Event(), spawn.Event(), spawn.Queue()
+            process = spawn.Process(
+                target=heavy_sender, args=(server.base, heavy_token, heavy_paths, go, stop, out)
+            )
+            process.start()
+            go.set()
+            variant.loaded += light_slice(server.base, light_token, light_paths, seconds)
+            stop.set()
+            variant.heavy.append(out.get(timeout=DRAIN_SECONDS + 30))
+            process.join(timeout=30)
+            harness.say(
+                f"concurrency {variant.concurrency}, round {number + 1}: light p99 alone "
+                f"{percentile(variant.alone, 99):.2f} ms, with heavy "
+                f"{percentile(variant.loaded, 99):.2f} ms"
+            )
+
+
+def report(variants: list[Variant], rounds: int, seconds: float, load: str, took: float) -> str:
+    return "\n".join(
+        [
+            "<!-- BEGIN fairness -->",
+            "## No token starves the rest (issue 17, point 5)",
+            "",
+            f"Run {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} on commit "
+            f"`{provenance.git_commit()}` with `.venv/bin/python benchmarks/fairness.py`: "
+            f"{ROWS:,} applicants, `leasestar serve` (one worker, pinned to one core, "
+            f"`--rate-limit 600/minute`, access log off), {rounds} rounds of {seconds:.0f} s "
+            "with the light token alone, then with the heavy token; measuring took "
+            f"{took / 60:.1f} min. Machine: {provenance.describe_machine()}; load average "
+            f"{load} before, {provenance.loadavg()} after.",
+            "",
+            f"Light token: the first list page and a get by random id in turn, {LIGHT_RATE} a "
+            f"second on one connection. Heavy token: its full allowance, {HEAVY_RATE} a second, "
+            "of `order-by=last_name:asc&last_seen_gte=<random>&limit=250`, up to "
+            f"{HEAVY_OUTSTANDING} outstanding. Goal: the light token's p99 with the heavy "
+            "token within 2x of its p99 alone.",
+            "",
+            "| `--token-concurrency` | light requests per phase | p50 alone ms | p99 alone ms "
+            "| p50 with heavy ms | p99 with heavy ms | p99 ratio | heavy sent | heavy 200 "
+            "| heavy 429 | heavy p50 s (200s) |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+            *(variant.row() for variant in variants),
+            "<!-- END fairness -->",
+        ]
+    )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=4, help="rounds per server (default 4)")
+    parser.add_argument("--seconds", type=float, default=20, help="seconds per slice (default 20)")
+    parser.add_argument("--quick", action="store_true", help="2 rounds of 8 s: a look")
+    parser.add_argument("--no-write", action="store_true", help="print, leave RESULTS.md as is")
+    args = parser.parse_args()
+    rounds, seconds = (2, 8.0) if args.quick else (args.rounds, args.seconds)
+    harness.raise_priority()
+    db = databases.ensure_database(ROWS)
+    load, started = provenance.loadavg(), time.monotonic()
+    variants = [Variant(concurrency) for concurrency in VARIANTS]
+    with harness.on_core(harness.CLIENT_CORE):
+        for variant in variants:
+            measure(variant, db, rounds, seconds)
+    section = report(variants, rounds, seconds, load, time.monotonic() - started)
+    print(section)
+    if not args.no_write:
+        provenance.write_section(section)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
