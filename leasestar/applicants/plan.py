@@ -28,6 +28,7 @@ from leasestar.applicants.query import MAX_OFFSET, ApplicantQuery
 
 Scope = frozenset[str] | None
 Anchors = tuple[tuple[KeyValue, ...], ...]
+SeekRanges = tuple[tuple[str, KeyValue, KeyValue], ...]  # (column, low, high) of leading keys
 
 # Every statement reads the data version with its answer, from the same snapshot.
 VERSION: Final = "(SELECT change_seq FROM sync_state)"
@@ -185,6 +186,7 @@ def build_page_select(
     skip: int,
     walk_order: bool = False,
     start: tuple[KeyValue, ...] | None = None,
+    seek: SeekRanges = (),
 ) -> SqlFragment:
     """The rows (body, change_seq) of a page in the total order.
 
@@ -194,6 +196,8 @@ def build_page_select(
         limit: rows to read; skip: rows to skip first.
         walk_order: hint the filters so the ordering's index is walked (`build_where`).
         start: a checkpoint's key values: the page starts at or after them.
+        seek: for the order's leading keys, the (column, low, high) values that every
+            match the page wants lies within (`MatchCounter.seek`): ranges to seek to.
 
     Two keyset ranges become a UNION ALL: docs/list-planning.md, "The page statement".
     """
@@ -202,6 +206,18 @@ def build_page_select(
         ranges = keyset_ranges(keys, query.after)
     elif start is not None:
         ranges = keyset_ranges(keys, start, inclusive=True)
+    elif seek:
+        leading = order_columns(query.order_by)[: len(seek)]
+        if [column for column, _, _ in seek] != leading:
+            raise ValueError(f"seek ranges {seek} are not of the order's leading keys")
+        # Of several ranges the last is the narrowest (a group of ties of the keys before
+        # it): unless one index leads with the first two keys, only the last range's
+        # column is left for SQLite to seek; the others are tested.
+        hinted = leading
+        if len(leading) > 1 and tuple(leading[:2]) not in FILTER_ORDER_INDEXES:
+            hinted = [f"+{column}" for column in leading[:-1]] + leading[-1:]
+        clauses = " AND ".join(f"{column} BETWEEN ? AND ?" for column in hinted)
+        ranges = (SqlFragment(clauses, tuple(v for _, *bounds in seek for v in bounds)),)
     else:
         ranges = ()
     unkeyed = msgspec.structs.replace(query, after=None)
@@ -343,10 +359,14 @@ class ListPlan:
         return anchors[index], self.query.offset - index * CHECKPOINT_EVERY
 
     def page(
-        self, walk: bool, start: tuple[KeyValue, ...] | None = None, skip: int | None = None
+        self,
+        walk: bool,
+        start: tuple[KeyValue, ...] | None = None,
+        skip: int | None = None,
+        seek: SeekRanges = (),
     ) -> SqlFragment:
         """(data version, rows, their bodies joined with commas, their change sequences)."""
-        select = self._select(walk, start, skip)
+        select = self._select(walk, start, skip, seek)
         return SqlFragment(f"SELECT {VERSION}, {self._columns} FROM ({select.sql})", select.params)
 
     def page_and_count(
@@ -361,7 +381,11 @@ class ListPlan:
         )
 
     def _select(
-        self, walk: bool, start: tuple[KeyValue, ...] | None, skip: int | None
+        self,
+        walk: bool,
+        start: tuple[KeyValue, ...] | None,
+        skip: int | None,
+        seek: SeekRanges = (),
     ) -> SqlFragment:
         return build_page_select(
             self.query,
@@ -370,6 +394,7 @@ class ListPlan:
             skip=_skip(self.query) if skip is None else skip,
             walk_order=walk,
             start=start,
+            seek=seek,
         )
 
 

@@ -17,11 +17,11 @@ from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass
 from typing import Any, Final, Generic, NamedTuple, TypeVar, cast
 
-from leasestar.applicants import plan
+from leasestar.applicants import match_counter, plan
 from leasestar.applicants.cursors import KeyValue, last_record_start
 from leasestar.applicants.match_counter import MatchCounter
 from leasestar.applicants.ordering import SqlFragment, total_order
-from leasestar.applicants.plan import Anchors, ListPlan, Scope, plan_list
+from leasestar.applicants.plan import Anchors, ListPlan, Scope, SeekRanges, plan_list
 from leasestar.applicants.query import ApplicantQuery
 from leasestar.database import ReadPool
 
@@ -44,6 +44,13 @@ class ApplicantPage:
     # Cursor pages: whether any record follows the page in that snapshot. Under writes a
     # walk's position says nothing of what is left after its cursor, so hasMore is this.
     more: bool | None = None
+
+
+class _Seek(NamedTuple):
+    """Ranges of the leading keys holding the page's matches, and the version they hold at."""
+
+    values: SeekRanges
+    version: int
 
 
 class _PageRows(NamedTuple):
@@ -165,7 +172,13 @@ class ApplicantReader:
     async def fetch_page(self, query: ApplicantQuery, scope: Scope) -> ApplicantPage:
         """One page of matching records in the requested order, with the exact total."""
         page_plan = plan_list(query, scope)
-        walk = await self._walk(page_plan)
+        walk, seek = await self._walk(page_plan)
+        if seek is not None and not page_plan.uses_checkpoints:
+            page = await self._read_page(page_plan, walk, None, None, seek.values)
+            if page.data_version == seek.version:
+                return page
+            # The copy was a write behind the page: a record that write moved into the
+            # page may lie outside the range. Served as if there were none.
         version: int | None = None
         anchors: Anchors = ()
         if page_plan.uses_checkpoints:
@@ -179,17 +192,21 @@ class ApplicantReader:
             page = await self._read_page(page_plan, walk, None, None)
         return page
 
-    async def _walk(self, page_plan: ListPlan) -> bool:
-        """The plan's choice of walk, from the sizes when it depends on them.
+    async def _walk(self, page_plan: ListPlan) -> tuple[bool, _Seek | None]:
+        """The plan's choice of walk, from the sizes when it depends on them, and where
+        the page's matches lie in the order when the columnar copy can tell.
 
         The sizes come from the columnar copy, or from the count cache, of any version
         (a plan needs only the rough size), and are counted once when unknown.
         """
-        if page_plan.walk is not None:
-            return page_plan.walk
+        if page_plan.walk is not None and not (
+            _sorts_without_index(page_plan.query) and self._counts_by_copy(page_plan)
+        ):
+            return page_plan.walk, None
         if self._counts_by_copy(page_plan):
             # At the copy's version, which may be a write behind: a plan needs only the
-            # rough sizes.
+            # rough sizes, and a range found at that version is used only for a page
+            # read at it.
             return self._walk_by_copy(page_plan)
         matches = self._latest_total(page_plan.matches)
         everything = self._latest_total(plan.EVERYTHING)
@@ -197,21 +214,25 @@ class ApplicantReader:
             version, matches, everything = await self._row(page_plan.sizes, on_pool=True)
             self._remember_total(page_plan.matches, version, matches)
             self._remember_total(plan.EVERYTHING, version, everything)
-        return page_plan.walks(matches, everything)
+        return page_plan.walks(matches, everything), None
 
-    def _walk_by_copy(self, page_plan: ListPlan) -> bool:
-        """`_walk` from the columnar copy's counts: the walk's length counted when its
-        spread decides (`ListPlan.walks_whatever_the_spread`) and the copy holds the lead."""
+    def _walk_by_copy(self, page_plan: ListPlan) -> tuple[bool, _Seek | None]:
+        """`_walk` from the columnar copy: a first page whose lead key the copy holds
+        seeks to the range its matches lie in, and walks it when that steps over fewer
+        rows than collecting the matches costs."""
         query, scope, everything = page_plan.query, page_plan.scope, self._counter.rows
+        if query.after is None and not page_plan.uses_checkpoints:
+            order = total_order(query.order_by)
+            found = self._counter.seek(query, scope, order, page_plan.wanted)
+            if len(found.ranges) > 1:
+                # The last range is sought (`plan.build_page_select`), every filter tested.
+                return True, _Seek(found.ranges, cast("int", self._counter.version))
+            if found.ranges:
+                seek = _Seek(found.ranges, cast("int", self._counter.version))
+                return page_plan.walks(found.matches, everything, found.stepped), seek
         matches = self._counter.count(query, scope)
         clear = page_plan.walks_whatever_the_spread(matches, everything)
-        if clear is not None:
-            return clear
-        stepped = None  # a cursor page's walk starts at the cursor: estimated
-        if query.after is None:
-            lead = total_order(query.order_by)[0]
-            stepped = self._counter.rows_stepped(query, scope, lead, page_plan.wanted)
-        return page_plan.walks(matches, everything, stepped)
+        return (page_plan.walks(matches, everything) if clear is None else clear), None
 
     async def _anchors(self, page_plan: ListPlan, walk: bool) -> tuple[int | None, Anchors]:
         """The checkpoints of this query's filters and order (read once per data version)."""
@@ -240,9 +261,10 @@ class ApplicantReader:
         walk: bool,
         start: tuple[KeyValue, ...] | None,
         skip: int | None,
+        seek: SeekRanges = (),
     ) -> ApplicantPage:
         """The page and its exact total, both at the data version the page was read at."""
-        statement = page_plan.page(walk, start, skip)
+        statement = page_plan.page(walk, start, skip, seek)
         rows = _PageRows(*await self._row(statement))
         total = self._cached_total(page_plan.matches, rows.version)
         for _ in range(3):
@@ -319,6 +341,13 @@ class ApplicantReader:
 
     def _remember_total(self, where: SqlFragment, version: int, total: int) -> None:
         self._counts.put((where.sql, where.params), (version, total))
+
+
+def _sorts_without_index(query: ApplicantQuery) -> bool:
+    """An order of several keys led by a column of the columnar copy: no index of
+    schema.sql serves it, so SQLite sorts every match unless told where the page lies."""
+    keys = total_order(query.order_by)
+    return len(keys) > 2 and keys[0].field in match_counter.COLUMNS
 
 
 def _served(page_plan: ListPlan, rows: _PageRows, total: int) -> ApplicantPage:

@@ -41,6 +41,8 @@ RULES = {
     "x_property_id": ("x_property_id", "="),
 }
 FILTER_ORDER = tuple(RULES)  # ApplicantQuery keeps filters in FILTERS order
+INSTANTS = ("created_at", "updated_at", "last_seen", "change_seq")
+RULES_CODED = ("integration_id", "integration_vendor", "property_id", "x_property_id")
 LEAP_YEARS = st.sampled_from(range(2004, 2032, 4))  # a record's Feb 29 stays a date
 Values = dict[str, list[Any]]
 
@@ -148,16 +150,14 @@ def test_every_count_is_count_star(
     assert counter.count(query, scope) == expected_count(connection, query, scope)
 
 
-@settings(
-    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
-)
+@settings(max_examples=200, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     data=st.data(),
-    lead=st.sampled_from(("created_at", "updated_at", "last_seen", "change_seq")),
+    lead=st.sampled_from((*INSTANTS, *RULES_CODED)),
     direction=st.sampled_from(("asc", "desc")),
     wanted=st.integers(1, 60),
 )
-def test_a_walks_length_is_counted(
+def test_the_ranges_of_a_seek_hold_the_first_matches(
     seeded: tuple[Path, sqlite3.Connection],
     seeded_values: Values,
     seeded_counter: MatchCounter,
@@ -166,29 +166,43 @@ def test_a_walks_length_is_counted(
     direction: str,
     wanted: int,
 ) -> None:
-    """The rows an ordering's walk steps over to reach its `wanted`-th match: those at
-    or before that match's value in the order."""
+    """The first `wanted` matches in the order (the id breaking ties) are the same read
+    within the seek's ranges as read without them; the lead range's rows are count(*)."""
     connection = seeded[1]
     query, scope = data.draw(queries(seeded_values))
-    stepped = seeded_counter.rows_stepped(query, scope, SortKey(lead, direction), wanted)
-    if expected_count(connection, query, scope) < wanted:
-        assert stepped == SEEDED
+    second = data.draw(st.sampled_from((*INSTANTS, *RULES_CODED, "last_name")), label="then")
+    keys = [(lead, direction)]
+    if second != lead and data.draw(st.booleans(), label="two keys"):
+        keys.append((second, data.draw(st.sampled_from(("asc", "desc")), label="its way")))
+    order = tuple(SortKey(field, way) for field, way in keys)
+    found = seeded_counter.seek(query, scope, order, wanted)
+    assert found.matches == expected_count(connection, query, scope)
+    if found.matches == 0:
+        assert found.ranges == ()
         return
+    assert [column for column, _, _ in found.ranges] == [f for f, _ in keys][: len(found.ranges)]
     where, params = where_clause(query, scope)
-    (last,) = connection.execute(
-        f"SELECT {lead} FROM applicants {where} ORDER BY {lead} {direction} LIMIT 1 OFFSET ?",
-        (*params, wanted - 1),
+    ordering = ", ".join(f"{field} {way}" for field, way in (*keys, ("id", keys[-1][1])))
+    first = connection.execute(
+        f"SELECT id FROM applicants {where} ORDER BY {ordering} LIMIT ?", (*params, wanted)
+    )
+    bounds = " AND ".join(f"{column} BETWEEN ? AND ?" for column, _, _ in found.ranges)
+    within = connection.execute(
+        f"SELECT id FROM applicants {where + ' AND' if where else 'WHERE'} {bounds} "
+        f"ORDER BY {ordering} LIMIT ?",
+        (*params, *(v for _, *pair in found.ranges for v in pair), wanted),
+    )
+    assert within.fetchall() == first.fetchall()
+    column, low, high = found.ranges[0]
+    (stepped,) = connection.execute(
+        f"SELECT count(*) FROM applicants WHERE {column} BETWEEN ? AND ?", (low, high)
     ).fetchone()
-    before = ">=" if direction == "desc" else "<="
-    (expected,) = connection.execute(
-        f"SELECT count(*) FROM applicants WHERE {lead} {before} ?", (last,)
-    ).fetchone()
-    assert stepped == expected
+    assert found.stepped == stepped
 
 
-def test_a_walk_of_a_column_not_copied_is_not_counted(seeded_counter: MatchCounter) -> None:
-    order = SortKey("last_name", "asc")
-    assert seeded_counter.rows_stepped(ApplicantQuery(), None, order, 10) is None
+def test_a_column_not_copied_has_no_range(seeded_counter: MatchCounter) -> None:
+    found = seeded_counter.seek(ApplicantQuery(), None, (SortKey("last_name", "asc"),), 10)
+    assert (found.matches, found.ranges, found.stepped) == (SEEDED, (), None)
 
 
 def moved(record: Applicant, draw: st.DrawFn, values: Values) -> Applicant:

@@ -16,6 +16,7 @@ import asyncio
 import re
 import sqlite3
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import msgspec
@@ -238,3 +239,69 @@ async def test_when_the_first_read_fails_the_others_read_themselves() -> None:
         await first
     assert await second == 7
     assert calls == 2
+
+
+SEEKING = (
+    ("property_id:desc", {"integration_vendor": "ENTRATA"}, "property_id DESC, id DESC"),
+    ("x_property_id:asc", {"updated_at_lte": "2025-01-01"}, "x_property_id, id"),
+    ("created_at:desc", {"updated_at_lte": "2024-06-01"}, "created_at DESC, id DESC"),
+    ("last_seen:asc", {"integration_id": "int_mri_01"}, "last_seen, id"),
+    (
+        "integration_vendor:desc,last_seen:desc",
+        {},
+        "integration_vendor DESC, last_seen DESC, id DESC",
+    ),
+    (
+        "property_id:asc,created_at:desc",
+        {"last_seen_gte": "2025-01-01"},
+        "property_id, created_at DESC, id DESC",
+    ),
+)
+
+
+@pytest.mark.parametrize(("order", "filters", "sql_order"), SEEKING)
+async def test_pages_told_where_their_matches_lie_are_the_pages(
+    traced_client: tuple[Client, Traced],
+    seeded_db: Path,
+    order: str,
+    filters: dict[str, str],
+    sql_order: str,
+) -> None:
+    """First pages and offsets of orders led by a column of the copy (which seek to the
+    range their matches lie in, match_counter.seek) hold the records SQLite orders."""
+    client, traced = traced_client
+    await copy_read(client)
+    traced.statements.clear()
+    instants = {"updated_at_lte": "updated_at <= ?", "last_seen_gte": "last_seen >= ?"}
+    clauses, params = [], []
+    for name, value in filters.items():
+        if name in instants:
+            clauses.append(instants[name])
+            params.append(
+                int(datetime.fromisoformat(value).replace(tzinfo=UTC).timestamp()) * 10**6
+            )
+        else:
+            clauses.append(f"{name} = ?")
+            params.append(value)
+    where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
+    connection = sqlite3.connect(seeded_db)
+    try:
+        expected = [
+            row[0]
+            for row in connection.execute(
+                f"SELECT id FROM applicants {where} ORDER BY {sql_order}", params
+            )
+        ]
+    finally:
+        connection.close()
+    assert len(expected) > 10  # the seed gives each case something to find
+    for offset, limit in ((0, 5), (0, 100), (7, 3), (len(expected) - 2, 5)):
+        response = await client.get(
+            "/v1/applicants",
+            params={"order-by": order, "offset": offset, "limit": limit, **filters},
+        )
+        assert response.status_code == 200, response.text
+        served = [record["id"] for record in response.json()["results"]]
+        assert served == expected[offset : offset + limit], (order, filters, offset)
+        assert response.json()["meta"]["total"] == len(expected)
+    assert any(" BETWEEN " in sql for sql in traced.statements)  # they sought

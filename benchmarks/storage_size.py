@@ -1,0 +1,103 @@
+"""The database against its own export (issue 15.4): bytes per applicant, per table and index.
+
+For each size (the seeded databases of `make bench`, `benchmarks/work/applicants-N.db`):
+the file's bytes, the NDJSON export's bytes (`leasestar export` of the same database),
+and SQLite's own account of every table and index (the `dbstat` virtual table: pages
+in use times the page size), each per applicant. Writes the `storage-size` section of
+benchmarks/RESULTS.md.
+
+    .venv/bin/python benchmarks/storage_size.py [--rows 100000 1000000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import databases
+import provenance
+
+LEASESTAR = Path(sys.executable).with_name("leasestar")
+
+
+def export_bytes(db: Path) -> int:
+    """The size of `leasestar export` of the database (written to a scratch file)."""
+    with tempfile.TemporaryDirectory(dir=db.parent) as scratch:
+        out = Path(scratch) / "export.ndjson"
+        subprocess.run(
+            [str(LEASESTAR), "export", "--db", str(db), str(out)],
+            check=True,
+            capture_output=True,
+        )
+        return out.stat().st_size
+
+
+def objects(db: Path) -> list[tuple[str, int]]:
+    """(table or index, bytes of its pages), largest first."""
+    connection = databases.read_only(db)
+    try:
+        rows = connection.execute(
+            "SELECT name, sum(pgsize) FROM dbstat GROUP BY name ORDER BY 2 DESC"
+        ).fetchall()
+    finally:
+        connection.close()
+    return [(str(name), int(size)) for name, size in rows]
+
+
+def section(results: list[tuple[int, int, int, list[tuple[str, int]]]], when: str) -> str:
+    lines = [
+        "<!-- BEGIN storage-size -->",
+        "## The database against its export (issue 15.4)",
+        "",
+        f"`python benchmarks/storage_size.py` at {provenance.git_commit()}, {when}: the seeded "
+        "databases of `make bench` (`leasestar seed --seed 0`), their file (WAL "
+        "checkpointed), `leasestar export` of each, and SQLite's `dbstat` account of every "
+        "table and index. Bytes per applicant.",
+        "",
+    ]
+    header = "| | " + " | ".join(f"{rows:,} applicants" for rows, *_ in results) + " |"
+    lines += [header, "|---|" + "---:|" * len(results)]
+
+    def row(label: str, values: list[str]) -> None:
+        lines.append(f"| {label} | " + " | ".join(values) + " |")
+
+    row("database file, MB", [f"{size / 1e6:,.0f}" for _, size, _, _ in results])
+    row("export, MB", [f"{exported / 1e6:,.0f}" for _, _, exported, _ in results])
+    row("database / export", [f"{size / exported:.2f}x" for _, size, exported, _ in results])
+    row("database, B per applicant", [f"{size / rows:,.0f}" for rows, size, _, _ in results])
+    row("export, B per applicant", [f"{exported / rows:,.0f}" for rows, _, exported, _ in results])
+    names = [name for name, _ in results[-1][3]]
+    for name in names:
+        sizes = [dict(found).get(name, 0) / rows for rows, _, _, found in results]
+        row(f"`{name}`, B per applicant", [f"{value:,.0f}" for value in sizes])
+    lines += ["<!-- END storage-size -->"]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, nargs="+", default=[100_000, 1_000_000])
+    parser.add_argument("--results", type=Path, default=provenance.RESULTS_MD)
+    args = parser.parse_args(argv)
+    results = []
+    for rows in args.rows:
+        db = databases.ensure_database(rows)
+        connection = sqlite3.connect(db)
+        try:
+            connection.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+        finally:
+            connection.close()
+        results.append((rows, db.stat().st_size, export_bytes(db), objects(db)))
+    text = section(results, time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()))
+    print(text)
+    provenance.write_section(text, args.results)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
