@@ -62,6 +62,7 @@ def create_app(settings: Settings | None = None) -> Litestar:
         pool = ReadPool(settings.db_path, settings.read_connections)
         await pool.open()
         reader = ApplicantReader(pool)
+        reader.start()
         app.state.read_pool = pool
         app.state.database_file = DatabaseFile.of(settings.db_path)
         app.state.reader = reader

@@ -310,6 +310,11 @@ class ApplicantReader:
         self._remember_total(page_plan.matches, counted_version, counted)
         return counted_version, counted
 
+    def start(self) -> None:
+        """Begin reading the columnar copy now, before the first request needs it."""
+        if self._first_read is None:
+            self._first_read = asyncio.create_task(self._read_copy())
+
     async def _read_copy(self) -> None:
         with contextlib.suppress(sqlite3.Error, OSError):
             await self._counter.catch_up()
