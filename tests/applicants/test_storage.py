@@ -18,6 +18,7 @@ import sqlite3
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import pytest
@@ -62,24 +63,22 @@ async def traced_client(seeded_db: Path, token: str) -> AsyncIterator[tuple[Clie
         yield client, traced
 
 
-def direct_count(path: Path, where: str = "", params: tuple[str, ...] = ()) -> int:
+def first_value(path: Path, sql: str, params: tuple[str, ...] = ()) -> Any:
+    """The first column of the first row a statement reads, on a connection of its own."""
     connection = sqlite3.connect(path)
     try:
-        row = connection.execute(f"SELECT count(*) FROM applicants {where}", params).fetchone()
-        return int(row[0])
+        return connection.execute(sql, params).fetchone()[0]
     finally:
         connection.close()
+
+
+def direct_count(path: Path, where: str = "", params: tuple[str, ...] = ()) -> int:
+    return int(first_value(path, f"SELECT count(*) FROM applicants {where}", params))
 
 
 def some_property(path: Path) -> str:
-    connection = sqlite3.connect(path)
-    try:
-        row = connection.execute(
-            "SELECT property_id FROM applicants GROUP BY property_id ORDER BY count(*) DESC"
-        ).fetchone()
-        return str(row[0])
-    finally:
-        connection.close()
+    sql = "SELECT property_id FROM applicants GROUP BY property_id ORDER BY count(*) DESC"
+    return str(first_value(path, sql))
 
 
 async def total(client: Client, **params: str | int) -> int:
@@ -89,14 +88,8 @@ async def total(client: Client, **params: str | int) -> int:
 
 
 def some_email(path: Path) -> str:
-    connection = sqlite3.connect(path)
-    try:
-        row = connection.execute(
-            "SELECT email_1 FROM applicants WHERE email_1 IS NOT NULL LIMIT 1"
-        ).fetchone()
-        return str(row[0])
-    finally:
-        connection.close()
+    sql = "SELECT email_1 FROM applicants WHERE email_1 IS NOT NULL LIMIT 1"
+    return str(first_value(path, sql))
 
 
 async def copy_read(client: Client) -> None:
