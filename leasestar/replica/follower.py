@@ -99,6 +99,10 @@ class Follower:
         self._applying = False  # the refresher is writing a change (outside the lock)
         self._follower_txid = 0
         self._behind_store_since: float | None = None  # the follower's, monotonic
+        self._progress: tuple[int, ...] = ()  # what showed the follower working last
+        # The server's priority, taken on its thread: a follower restarted by the (lowered)
+        # watcher still runs BACKGROUND_NICENESS below it, not twice that.
+        self._niceness = _niceness()
         self._served: sqlite3.Connection | None = None
         self._checkpointer: sqlite3.Connection | None = None
         # Its one thread lowers its own priority as it starts (on the first change).
@@ -187,7 +191,11 @@ class Follower:
         self._start_follower()
         followed = self._wait_for_restore(START_WAIT_SECONDS)
         if followed is None:
-            reason = self._follower_error()
+            reason = (
+                f"still restoring after {START_WAIT_SECONDS:.0f} s"
+                if self._alive()
+                else self._follower_error()
+            )
             print(
                 f"leasestar: {self.url} did not give a copy to compare ({reason}); "
                 "serving the last state and retrying",
@@ -240,12 +248,12 @@ class Follower:
         self._followed = directory / FOLLOWED_NAME
         self._readable = False
         self._follower_txid = 0
-        self._behind_store_since = None
+        self._behind_store_since, self._progress = None, ()
         self._started_at = time.monotonic()
         command = follow_command(self._binary, self.layout.config_path, self._followed)
         with (directory / "litestream.log").open("wb") as log:
             self._process = subprocess.Popen(  # noqa: S603 - an argument list, no shell
-                in_background(command),
+                in_background(command, self._niceness + BACKGROUND_NICENESS - _niceness()),
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -268,6 +276,21 @@ class Follower:
         logger.warning("restarting the litestream follower: %s", why)
         self._stop_follower()
         self._start_follower()
+
+    def _follower_progress(self) -> tuple[int, ...]:
+        """What shows the follower working: its `-txid`, and the size and time of the file
+        it writes (a first restore goes to `<file>.tmp`, renamed when done: 1,000,000
+        applicants took over 60 s on a loaded machine, and were restarted as stalled)."""
+        marks = [self._follower_txid]
+        if self._followed is not None:
+            for path in (self._followed.with_name(self._followed.name + ".tmp"), self._followed):
+                try:
+                    status = path.stat()
+                except OSError:
+                    marks += [0, 0]
+                else:
+                    marks += [status.st_size, status.st_mtime_ns]
+        return tuple(marks)
 
     def _alive(self) -> bool:
         return self._process is not None and self._process.poll() is None
@@ -442,7 +465,9 @@ class Follower:
         elif self._follower_txid > store_txid:
             self._restart_follower("the store went back (replaced or restored)")
         elif store_txid > self._follower_txid:
-            self._behind_store_since = self._behind_store_since or now
+            progress = self._follower_progress()
+            if progress != self._progress or self._behind_store_since is None:
+                self._progress, self._behind_store_since = progress, now
             if now - self._behind_store_since > STALL_SECONDS:
                 self._restart_follower(f"no progress for {STALL_SECONDS:.0f} s")
 
@@ -456,6 +481,14 @@ def _lower_this_thread() -> None:
         os.setpriority(
             os.PRIO_PROCESS, thread, os.getpriority(os.PRIO_PROCESS, thread) + BACKGROUND_NICENESS
         )
+
+
+def _niceness() -> int:
+    """The calling thread's nice value (Linux keeps one per thread; 0 elsewhere)."""
+    try:
+        return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    except (OSError, AttributeError):
+        return 0
 
 
 def _read_txid(followed: Path) -> int | None:

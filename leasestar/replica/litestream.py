@@ -109,11 +109,11 @@ def write_config(path: Path, database: Path, url: str) -> None:
     path.chmod(0o600)  # an sftp URL may carry a password
 
 
-def in_background(command: list[str]) -> list[str]:
-    """`command` at BACKGROUND_NICENESS below this process's priority (coreutils' nice),
+def in_background(command: list[str], niceness: int = BACKGROUND_NICENESS) -> list[str]:
+    """`command` `niceness` levels below the calling thread's priority (coreutils' nice),
     and dying with it: a replica's follower works in the time its server leaves idle."""
     nice = shutil.which("nice")
-    lowered = [nice, "-n", str(BACKGROUND_NICENESS), *command] if nice else command
+    lowered = [nice, "-n", str(max(niceness, 0)), *command] if nice else command
     return dies_with_parent(lowered)
 
 
