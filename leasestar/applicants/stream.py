@@ -7,8 +7,8 @@ puts in `results`.
 
 The stream reads one snapshot: one read transaction on a connection of its own (not one
 of the pool's, which a long stream would take from every other request), fetched in
-batches on a worker thread. Memory stays at about one batch (and the connection's page
-cache, `STREAM_CACHE_KIB`) whatever the size: the server's `send` waits while the
+batches on a thread of its own. Memory stays at about one batch (and the connection's
+page cache, `STREAM_CACHE_KIB`) whatever the size: the server's `send` waits while the
 client's socket is full, and the next batch is read only after the last one was handed
 over. In WAL mode an open reader never blocks a writer's commit; it only keeps
 checkpoints from going past its snapshot until it ends, so the WAL grows by the size of
@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 from collections.abc import AsyncIterator, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Final
 
@@ -42,10 +43,12 @@ STREAM_BATCH: Final = 1000
 # looked up in the table b-tree from its root: SQLite's default 2 MiB cache (125 pages
 # of 16 KiB) is smaller than the root, interior and index pages those lookups share
 # (~100 pages at 1M applicants) plus the leaves passing through, and half of the
-# lookups read an interior page again. With 16 MiB they stay cached (to ~5M applicants):
-# a 1M id-ordered stream makes 1.0M reads of 16 KiB pages instead of 1.48M (strace), and
-# takes ~1.1 s less of the server's CPU (6.9 s instead of 7.9 s, medians of three).
-STREAM_CACHE_KIB: Final = 16 * 1024
+# lookups read an interior page again. 8 MiB keeps them cached (to some 2-3M
+# applicants): the first 200,000 records in id order took 296,000 reads of a page with
+# 2 MiB, 202,500 with 8 MiB, 199,500 with 16 MiB (strace); a whole 1M stream, 1.0M
+# reads instead of 1.48M and ~1 s less of the server's CPU (of ~8). 16 MiB would spend
+# 8 MB more of a stream's 50 MB memory budget on 1.5% fewer reads.
+STREAM_CACHE_KIB: Final = 8 * 1024
 # Parameters that page a list: a stream is the whole list, so they make no sense with it.
 PAGING_PARAMETERS: Final = ("limit", "offset", "cursor", "wait")
 
@@ -113,22 +116,35 @@ class RecordStream:
 
     async def chunks(self) -> AsyncIterator[bytes]:
         """The stream's body, a batch of lines at a time."""
-        connection, cursor = await asyncio.to_thread(self._open)
+        loop = asyncio.get_running_loop()
+        # The stream reads on a thread of its own, ended with it, rather than on the
+        # default executor's: glibc gives each thread its own heap, and memory freed there
+        # stays with the thread; on the shared threads each stream left ~20 MB behind (a
+        # server's RSS peak during a stream went from 21 MB over idle to 35 MB after a
+        # few streams, 55 MB in one benchmark run), on its own thread it returns (19-21
+        # MB at the peak of every stream, 1-4 MB after). One thread also serializes the
+        # connection's use: `close` waits for a fetch still running when a client leaves.
+        reader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="leasestar-stream")
         try:
-            position = self._sync_from
-            while rows := await asyncio.to_thread(cursor.fetchmany, STREAM_BATCH):
-                # One join, whose last empty element ends the chunk with its newline:
-                # `join(...) + b"\n"` copied each batch again, and two batch-sized buffers
-                # alive at once made glibc grow and trim its heap every batch (290,000
-                # page faults in a stream of 1M records, an eighth of the server's CPU).
-                lines = [body for body, _ in rows]
-                if position is not None:
-                    position = rows[-1][1]
-                    lines.append(b'{"changeSeq":%d}' % position)
-                lines.append(b"")
-                yield b"\n".join(lines)
-            if position is not None and position == self._sync_from:
-                yield b'{"changeSeq":%d}\n' % position  # nothing new: say where it stands
+            connection, cursor = await loop.run_in_executor(reader, self._open)
+            try:
+                position = self._sync_from
+                while rows := await loop.run_in_executor(reader, cursor.fetchmany, STREAM_BATCH):
+                    # One join, whose last empty element ends the chunk with its newline:
+                    # `join(...) + b"\n"` copied each batch again, and two batch-sized
+                    # buffers alive at once made glibc grow and trim its heap every batch
+                    # (290,000 page faults in a stream of 1M records, an eighth of the
+                    # server's CPU).
+                    lines = [body for body, _ in rows]
+                    if position is not None:
+                        position = rows[-1][1]
+                        lines.append(b'{"changeSeq":%d}' % position)
+                    lines.append(b"")
+                    yield b"\n".join(lines)
+                if position is not None and position == self._sync_from:
+                    yield b'{"changeSeq":%d}\n' % position  # nothing new: say where it stands
+            finally:
+                # Also when the client went away mid-stream: end the read transaction.
+                await loop.run_in_executor(reader, connection.close)
         finally:
-            # Also when the client went away mid-stream: end the read transaction.
-            await asyncio.to_thread(connection.close)
+            reader.shutdown(wait=False)
