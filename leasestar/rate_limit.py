@@ -255,22 +255,31 @@ class SharedRateLimitMiddleware(RateLimitMiddleware):
     async def _limit(self, scope: Scope, receive: Receive, send: Send) -> None:
         counter, turns = self._limits.counter, self._limits.turns
         key = self._key(scope)
-        if turns.full(key):
+        started = turns.try_start(key)
+        if not started and turns.full(key):
             # Refused before counting: like a 429 for the budget, it spends none of it.
             raise self._too_many_at_once(counter.peek(key, self._seconds), turns)
-        window = counter.count(key, self.max_requests, self._seconds)
-        if window.requests > self.max_requests:
-            raise TooManyRequestsException(headers=self.window_headers(window))
+        requests, resets_at, counted_at = counter.count(key, self.max_requests, self._seconds)
+        if requests > self.max_requests:
+            if started:
+                turns.finish(key)
+            raise TooManyRequestsException(
+                headers=self.window_headers(Window(requests, resets_at, counted_at))
+            )
         # Appended as they are: no route sets these headers itself, so there is nothing
         # to replace (Litestar's MutableScopeHeaders searches the list for each).
-        added = [*self._constant_headers, *self._varying_headers(window)]
+        added = [
+            *self._constant_headers,
+            (self._remaining_header, b"%d" % (self.max_requests - requests)),
+            (self._reset_header, b"%d" % (resets_at - counted_at)),
+        ]
 
         async def send_with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":
                 message["headers"] = [*message.get("headers", ()), *added]
             await send(message)
 
-        if not turns.try_start(key):
+        if not started:  # no await since `full`: there is room to wait
             await turns.wait_turn(key)
         try:
             await self.app(scope, receive, send_with_headers)
