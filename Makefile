@@ -52,14 +52,17 @@ format: install
 ## cursor walks, a reduced matrix, no rate-limit run); BENCH_ARGS='--smoke /tmp/bench'
 ## checks every step in ~3 minutes on small databases, writing only below /tmp/bench.
 ## Then (but with --smoke or --quick) the shared rate limit's cost on list default and get
-## by id (issue 11, ~2 minutes): its section of RESULTS.md.
+## by id (issue 11, ~2 minutes), and another token's p99 while one token sends its
+## allowance of the most expensive list (issue 17.5, benchmarks/fairness.py, ~8 minutes):
+## their sections of RESULTS.md.
 ## Last, edge replicas (issue 14, benchmarks/replicas.py, ~5 minutes; --smoke and --quick
 ## too): lag over 25 imports, a replica's throughput against its primary's, caught up and
 ## while it applies a 100,000-row import.
 bench: install
 	$(BIN)/python -c 'import matplotlib' 2>/dev/null || $(BIN)/python -m pip install --quiet matplotlib
 	$(BIN)/python benchmarks/run.py $(BENCH_ARGS)
-	case "$(BENCH_ARGS)" in *--smoke*|*--quick*) ;; *) $(BIN)/python benchmarks/rate_limit_cost.py ;; esac
+	case "$(BENCH_ARGS)" in *--smoke*|*--quick*) ;; *) $(BIN)/python benchmarks/rate_limit_cost.py \
+		&& $(BIN)/python benchmarks/fairness.py ;; esac
 	$(BIN)/python benchmarks/replicas.py $(BENCH_ARGS)
 
 ## Render /schema in headless Chromium (installed from Debian if missing) against a real
