@@ -8,7 +8,7 @@ counted in `<db>-ratelimit`, the default `--token-concurrency`), and the differe
 the two runs over 1,000 requests is one request's count, start-up cancelled out. Not
 counted: the kernel's side of system calls (the counter's two `flock` calls, about
 0.4 us each) and uvicorn writing the four headers. Eight runs under valgrind, one per
-core at a time: about 10 minutes on 2 cores.
+core at a time: 10 to 25 minutes on 2 cores, as busy as they are.
 Writes the `rate-limit-instructions` section of `benchmarks/RESULTS.md`.
 """
 
