@@ -71,7 +71,7 @@ class Seek(NamedTuple):
 
     matches: int
     ranges: tuple[tuple[str, KeyValue, KeyValue], ...]  # (column, low, high), leading keys
-    stepped: int | None  # rows of any kind in the lead key's range; None without one
+    stepped: int | None  # rows a walk of the lead key's range steps over; None without one
 
 
 class _Order:
@@ -207,8 +207,8 @@ class MatchCounter:
         coded columns), the (column, lowest, highest) values those matches take: the
         lead key's over all of them, and each next key's over those matches that share
         the single value the keys before it take (a group of ties the page lies in).
-        `stepped` counts the rows of any kind inside the lead key's range: what a walk of
-        its index confined to it steps over.
+        `stepped` estimates the rows of any kind a walk of the lead key's index confined
+        to its range steps over (`_stepped`).
 
         Matches are seldom spread evenly through an order: a record is updated after it
         is created, and a vendor's properties sort together. Told where its matches are,
@@ -233,12 +233,30 @@ class MatchCounter:
                 low, high = np.partition(keys, len(keys) - take)[len(keys) - take], keys.max()
             ranges.append((key.field, order_of.value(low), order_of.value(high)))
             if stepped is None:
-                stepped = self._rows_between(key.field, order_of, int(low), int(high))
+                stepped = self._stepped(key, order_of, keys, int(low), int(high), take)
             following = order[number + 1].field if number + 1 < len(order) else None
             if low != high or following not in COLUMNS:
                 break
             within = within & (self._columns[key.field] == order_of.stored(low))
         return Seek(found, tuple(ranges), stepped)
+
+    def _stepped(
+        self, key: SortKey, order_of: _Order, keys: Array, low: int, high: int, take: int
+    ) -> int:
+        """The rows a walk of `key`'s order confined to [low, high] steps over to reach
+        its `take`-th match: every row before the last value it reaches, then as many of
+        that value's rows as its share of matches needs (ties follow the id, which no
+        filter follows)."""
+        last = high if key.direction == "asc" else low
+        whole = self._rows_between(key.field, order_of, low, high)
+        tied = self._rows_between(key.field, order_of, last, last)
+        tied_matches = int(np.count_nonzero(keys == keys.dtype.type(last)))
+        if key.direction == "asc":
+            matches_before = int(np.count_nonzero(keys < keys.dtype.type(last)))
+        else:
+            matches_before = int(np.count_nonzero(keys > keys.dtype.type(last)))
+        needed = take - matches_before
+        return whole - tied + -(-needed * tied // max(tied_matches, 1))
 
     def _order_of(self, column: str) -> _Order:
         """How `column` sorts: by the instant itself, or by its code's rank among the
@@ -317,27 +335,22 @@ class MatchCounter:
 
         SQLite packs each column as fixed-width hex in one string, which numpy reads in C:
         fetching a million rows as Python tuples took 10 s, this ~1 s. Without a WHERE,
-        each statement reads the smallest index holding its columns, not the table.
+        each statement reads the smallest index holding its columns, not the table; with
+        one, the change sequence's index, never the grouped column's (`+column`: SQLite
+        would walk all of that index to group without sorting, 1.6 s at 100,000 rows for
+        a change of one row).
         """
         rows: _Rows = {}
-        for columns in _PACKED:
-            fields = ", ".join(("rowid", *columns))
-            (packed,) = connection.execute(
-                f"SELECT group_concat(printf('{_HEX * (1 + len(columns))}', {fields}), '') "
-                f"FROM applicants {where}",
-                params,
-            ).fetchone()
+        packed_sql, grouped_sql = read_statements(where)
+        for columns, sql in zip(_PACKED, packed_sql, strict=True):
+            (packed,) = connection.execute(sql, params).fetchone()
             table = _unhex(packed).reshape(-1, 1 + len(columns))
             for number, column in enumerate(columns, 1):
                 rows[column] = (table[:, 0], table[:, number])
-        for column in CODED_COLUMNS:
+        for column, sql in zip(CODED_COLUMNS, grouped_sql, strict=True):
             rowids: list[Array] = []
             codes: list[Array] = []
-            for value, packed in connection.execute(
-                f"SELECT {column}, group_concat(printf('{_HEX}', rowid), '') "
-                f"FROM applicants {where} GROUP BY {column}",
-                params,
-            ):
+            for value, packed in connection.execute(sql, params):
                 rowids.append(_unhex(packed))
                 codes.append(np.full(len(rowids[-1]), self._codes[column].code(value), np.int32))
             rows[column] = (_joined(rowids, np.int64), _joined(codes, np.int32))
@@ -369,6 +382,22 @@ class MatchCounter:
         self._present = _grown(self._present, grown)
         for column in COLUMNS:
             self._columns[column] = _grown(self._columns[column], grown)
+
+
+def read_statements(where: str) -> tuple[list[str], list[str]]:
+    """The statements that read the copy's columns (`MatchCounter._read`): the instants
+    packed per row, then per coded column its rowids packed per value."""
+    packed = [
+        f"SELECT group_concat(printf('{_HEX * (1 + len(columns))}', "
+        f"{', '.join(('rowid', *columns))}), '') FROM applicants {where}"
+        for columns in _PACKED
+    ]
+    grouped = [
+        f"SELECT {column}, group_concat(printf('{_HEX}', rowid), '') "
+        f"FROM applicants {where} GROUP BY {'+' if where else ''}{column}"
+        for column in CODED_COLUMNS
+    ]
+    return packed, grouped
 
 
 def _identity(path: Path) -> tuple[int, int] | None:
