@@ -55,6 +55,9 @@ format: install
 ## by id (issue 11, ~2 minutes), and another token's p99 while one token sends its
 ## allowance of the most expensive list (issue 17.5, benchmarks/fairness.py, ~8 minutes):
 ## their sections of RESULTS.md.
+## Then (full runs only) the sync stream against export at 1M and 500 long polls (issue 13,
+## benchmarks/sync.py), and the database's size against its export, per table and index
+## (issue 15.4, benchmarks/storage_size.py).
 ## Last, edge replicas (issue 14, benchmarks/replicas.py, ~5 minutes; --smoke and --quick
 ## too): lag over 25 imports, a replica's throughput against its primary's, caught up and
 ## while it applies a 100,000-row import.
@@ -62,7 +65,8 @@ bench: install
 	$(BIN)/python -c 'import matplotlib' 2>/dev/null || $(BIN)/python -m pip install --quiet matplotlib
 	$(BIN)/python benchmarks/run.py $(BENCH_ARGS)
 	case "$(BENCH_ARGS)" in *--smoke*|*--quick*) ;; *) $(BIN)/python benchmarks/rate_limit_cost.py \
-		&& $(BIN)/python benchmarks/fairness.py ;; esac
+		&& $(BIN)/python benchmarks/fairness.py && $(BIN)/python benchmarks/sync.py \
+		&& $(BIN)/python benchmarks/storage_size.py ;; esac
 	$(BIN)/python benchmarks/replicas.py $(BENCH_ARGS)
 
 ## Render /schema in headless Chromium (installed from Debian if missing) against a real
