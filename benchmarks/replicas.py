@@ -127,16 +127,22 @@ class Lags:
     load: str = field(default_factory=loadavg)
 
 
-def _newest_in_store(store: Path) -> tuple[int, int]:
-    """The newest transaction of the store's finished level-0 files (named MIN-MAX.ltx in
-    hex; litestream writes each as .tmp and renames it), and that file's size."""
-    newest, size = 0, 0
+def _newest_in_store(store: Path) -> tuple[int, Path | None]:
+    """The newest transaction of the store's level-0 files (named MIN-MAX.ltx in hex), and
+    that file."""
+    newest, found = 0, None
     for path in (store / "ltx" / "0").glob("*.ltx"):
         txid = int(path.stem.rpartition("-")[2], 16)
         if txid > newest:
-            with contextlib.suppress(OSError):
-                newest, size = txid, path.stat().st_size
-    return newest, size
+            newest, found = txid, path
+    return newest, found
+
+
+def _size(path: Path | None) -> int:
+    """0 when unknown: litestream may have compacted the file away already."""
+    with contextlib.suppress(OSError):
+        return path.stat().st_size if path is not None else 0
+    return 0
 
 
 def _followed_txid(replica_db: Path) -> int:
@@ -254,7 +260,8 @@ def measure_lag(
             lags.shipped.append(shipped - committed)
             lags.followed.append(followed - shipped)
             lags.applied.append(served - followed)
-            lags.file_bytes.append(size)
+            if size:  # 0: the file was not seen in the store before it was served
+                lags.file_bytes.append(size)
             seeding.wait(timeout=60)
             say(
                 f"  import {number + 1}/{imports}: served in {lags.served[-1]:.2f} s (shipped "
@@ -276,18 +283,18 @@ def _follow_import(
     directory, in_store_before = store
     deadline = time.monotonic() + 120
     shipped = followed = None
-    in_store, size = 0, 0
+    in_store, file = 0, None
     while True:
         now = time.monotonic()
         if shipped is None:
-            in_store, size = _newest_in_store(directory)
+            in_store, file = _newest_in_store(directory)
             shipped = now if in_store > in_store_before else None
         if shipped is not None and followed is None:
             followed = now if _followed_txid(replica_db) >= in_store else None
         if polls.get(record, token)[0] == 200:
             # Seen in the same look: each part ends no later than the next.
             followed = followed or now
-            return shipped or followed, followed, now, size
+            return shipped or followed, followed, now, _size(file) if shipped else 0
         if now > deadline:
             raise RuntimeError("the replica did not serve an import within 120 s")
         time.sleep(POLL_SECONDS)
@@ -357,6 +364,10 @@ def main() -> None:
         say(f"lag over {args.imports} imports of {IMPORT_ROWS} applicants")
         lags = measure_lag(db, store, here / "replica.db", replica.base, token, args.imports)
         say("throughput, caught up: primary and replica in alternating slices")
+        # Each server's first list default after the imports counts the new total: at
+        # 1,000,000 on a loaded machine that took 60-76 s, and a 2 s slice got no answer.
+        for base in (primary.base, replica.base):
+            _total(base, token)
         pairs = list(
             zip(
                 _targets(primary.base, "primary", token, ids, found[0]),
@@ -420,6 +431,10 @@ def _p99(values: list[float]) -> str:
     return f"{_percentile(values, 0.99):.2f} s"
 
 
+def _ratio(measured: Measured, against: Measured) -> str:
+    return f"{measured.rps / against.rps:.2f}x" if against.rps else "-"
+
+
 def _rps(measured: Measured) -> str:
     return f"{measured.rps:,.0f}"
 
@@ -432,14 +447,15 @@ def _report(
     applied_in: float,
 ) -> str:
     section = "edge-replicas" if args.rows == 100_000 else f"edge-replicas-{args.rows}"
+    sizes = lags.file_bytes or [0]
     rows = []
     for (primary, replica), (primary_meanwhile, during) in zip(pairs, applying, strict=True):
         p, r = primary.measured(), replica.measured()
         case = primary.name.removeprefix("primary ")
-        row = f"| {case} | {_rps(p)} | {_rps(r)} | {r.rps / p.rps:.2f}x | "
+        row = f"| {case} | {_rps(p)} | {_rps(r)} | {_ratio(r, p)} | "
         if during.slices:
             m, d = primary_meanwhile.measured(), during.measured()
-            row += f"{_rps(m)} | {_rps(d)} | {d.rps / m.rps:.2f}x |"
+            row += f"{_rps(m)} | {_rps(d)} | {_ratio(d, m)} |"
         else:
             row += "- | - | - |"
         rows.append(row)
@@ -464,9 +480,9 @@ def _report(
             f"{_p50(lags.shipped)} to the import's file in the store (the primary's "
             f"litestream), {_p50(lags.followed)} to the replica's litestream having written "
             f"it into its file (its `-txid`), {_p50(lags.applied)} to the replica serving it "
-            f"(leasestar's apply); the files were {statistics.median(lags.file_bytes) / 1e6:.0f} "
-            f"MB at the median ({min(lags.file_bytes) / 1e6:.0f}-"
-            f"{max(lags.file_bytes) / 1e6:.0f} MB: 100 random rows touch a leaf of each of "
+            f"(leasestar's apply); the files were {statistics.median(sizes) / 1e6:.0f} "
+            f"MB at the median ({min(sizes) / 1e6:.0f}-{max(sizes) / 1e6:.0f} MB, "
+            f"{len(sizes)} seen: 100 random rows touch a leaf of each of "
             "the table's indexes). Counted: after the last import only, to `meta.total` of "
             "a list request counting it, which adds the replica's first count of the new "
             f"total: {lags.counted[-1]:.2f} s.",
