@@ -129,6 +129,10 @@ class ApplicantReader:
         # ListPlan.checkpoint_key -> (data version, checkpoints)
         self._checkpoints: LRU[tuple[object, ...], tuple[int, Anchors]] = LRU(CHECKPOINT_CACHE_SIZE)
         self._single_flight = SingleFlight()
+        # (plan, copy version) -> the walk and seek chosen (`_walk_by_copy`)
+        self._choices: LRU[tuple[ListPlan, int | None], tuple[bool, _Seek | None]] = LRU(
+            COUNT_CACHE_SIZE
+        )
 
     async def _row(self, statement: SqlFragment, *, on_pool: bool = False) -> Any:
         """The first row of a statement: on the loop within its budget, or on the pool."""
@@ -217,9 +221,18 @@ class ApplicantReader:
         return page_plan.walks(matches, everything), None
 
     def _walk_by_copy(self, page_plan: ListPlan) -> tuple[bool, _Seek | None]:
-        """`_walk` from the columnar copy: a first page whose lead key the copy holds
-        seeks to the range its matches lie in, and walks it when that steps over fewer
-        rows than collecting the matches costs."""
+        """`_walk` from the columnar copy, once per plan and copy version: a page asked
+        again (the hot path) plans nothing."""
+        key = (page_plan, self._counter.version)
+        choice = self._choices.get(key)
+        if choice is None:
+            choice = self._choose_by_copy(page_plan)
+            self._choices.put(key, choice)
+        return choice
+
+    def _choose_by_copy(self, page_plan: ListPlan) -> tuple[bool, _Seek | None]:
+        """A first page whose lead key the copy holds seeks to the range its matches lie
+        in, and walks it when that steps over fewer rows than collecting the matches."""
         query, scope, everything = page_plan.query, page_plan.scope, self._counter.rows
         if query.after is None and not page_plan.uses_checkpoints:
             order = total_order(query.order_by)
