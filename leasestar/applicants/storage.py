@@ -204,10 +204,10 @@ class ApplicantReader:
         (a plan needs only the rough size), and are counted once when unknown.
         """
         if page_plan.walk is not None and not (
-            _sorts_without_index(page_plan.query) and self._counts_by_copy(page_plan)
+            _sorts_without_index(page_plan.query) and await self._counts_by_copy(page_plan)
         ):
             return page_plan.walk, None
-        if self._counts_by_copy(page_plan):
+        if await self._counts_by_copy(page_plan):
             # At the copy's version, which may be a write behind: a plan needs only the
             # rough sizes, and a range found at that version is used only for a page
             # read at it.
@@ -299,22 +299,27 @@ class ApplicantReader:
             self._remember_total(page_plan.matches, rows.version, total)
         return _served(page_plan, rows, total)
 
-    def _counts_by_copy(self, page_plan: ListPlan) -> bool:
-        """Whether the columnar copy answers this plan's counts (it may still be read)."""
+    async def _counts_by_copy(self, page_plan: ListPlan) -> bool:
+        """Whether the columnar copy answers this plan's counts.
+
+        While the copy's first read (started with the server) runs, a request that needs
+        it waits for it: seconds once at 1,000,000 rows, where counting the same
+        combinations with SQLite took seconds each. A failed read is tried again by the
+        next request, which meanwhile counts with SQLite.
+        """
         if not MatchCounter.covers(page_plan.query):
             return False
         if self._counter.version is None:
             if self._first_read is None or self._first_read.done():
-                # Again after a failed read (a locked or replaced file): SQLite counts
-                # meanwhile, so no request waits for or fails with it.
                 self._first_read = asyncio.create_task(self._read_copy())
-            return False
-        return True
+                return False
+            await asyncio.shield(self._first_read)
+        return self._counter.version is not None
 
     async def _count_matches(self, page_plan: ListPlan, version: int) -> tuple[int, int]:
         """(data version, matches of the plan's filters at that version): from the
         columnar copy, brought to `version` (the page's) if it is behind; else counted."""
-        if not self._counts_by_copy(page_plan):
+        if not await self._counts_by_copy(page_plan):
             return await self._count(page_plan.matches)
         if self._counter.version != version:
             await self._counter.catch_up()
