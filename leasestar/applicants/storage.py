@@ -237,13 +237,16 @@ class ApplicantReader:
         if query.after is None and not page_plan.uses_checkpoints:
             order = total_order(query.order_by)
             found = self._counter.seek(query, scope, order, page_plan.wanted)
-            if len(found.ranges) > 1:
-                # The last range is sought (`plan.build_page_select`), every filter tested.
-                return True, _Seek(found.ranges, cast("int", self._counter.version))
             if found.ranges:
                 seek = _Seek(found.ranges, cast("int", self._counter.version))
+                if len(found.ranges) > 1:
+                    # The last range is sought (`plan.build_page_select`), every filter
+                    # tested.
+                    return True, seek
                 return page_plan.walks(found.matches, everything, found.stepped), seek
-        matches = self._counter.count(query, scope)
+            matches = found.matches  # counted by the seek: not counted again
+        else:
+            matches = self._counter.count(query, scope)
         clear = page_plan.walks_whatever_the_spread(matches, everything)
         return (page_plan.walks(matches, everything) if clear is None else clear), None
 
