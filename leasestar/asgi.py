@@ -1,5 +1,5 @@
-"""Small ASGI pieces for the hot path: one header read from the scope, and a response
-whose body is JSON already encoded.
+"""Small ASGI pieces for the hot path: one header read from the scope, headers an inner
+layer adds to the response, and a response whose body is JSON already encoded.
 
 Both exist because the list route is what users benchmark: building Litestar's
 `Headers` object to read one header, or a full `Response` (header normalisation,
@@ -10,12 +10,18 @@ about a tenth of a list request.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, Final
 
 from litestar import Response
 from litestar.response import Stream
 
 _JSON_TYPE = (b"content-type", b"application/json")
+
+RESPONSE_HEADERS: Final = "leasestar.response_headers"
+"""Scope key: raw headers an inner layer adds to the response, whatever answers the
+request (the route, an error handler). The outermost layer (`ObservabilityMiddleware`),
+which rewrites every response's start anyway, appends them: each layer that wrapped
+`send` to add its own headers cost a coroutine call per message."""
 
 
 def header_value(headers: Iterable[tuple[bytes, bytes]], name: bytes) -> str | None:

@@ -29,6 +29,7 @@ import msgspec
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import generate_latest
 
+from leasestar.asgi import RESPONSE_HEADERS
 from leasestar.auth import TokenHolder, redact_token_secrets
 
 LogFormat = Literal["json", "text", "off"]
@@ -159,7 +160,11 @@ class ObservabilityMiddleware:
             nonlocal status, sent
             if message["type"] == "http.response.start":
                 status = message["status"]
-                message["headers"] = [*message.get("headers", ()), (REQUEST_ID_HEADER, request_id)]
+                message["headers"] = [
+                    *message.get("headers", ()),
+                    *scope.get(RESPONSE_HEADERS, ()),
+                    (REQUEST_ID_HEADER, request_id),
+                ]
             elif message["type"] == "http.response.body":
                 sent += len(message.get("body", b""))
             await send(message)

@@ -1,9 +1,12 @@
 """The shared rate-limit counter (`leasestar/rate_limit.py`) on its own.
 
-Processes counting at once in one file: every count is handed out exactly once, so no
-request goes uncounted however the processes interleave. The window's rules: capped
-at budget + 1, the end fixed by the first request, a new window once it has passed; a
-slot whose window has ended serves another key; a file that is not a counter is refused.
+Processes counting at once in one file: under a small budget every count is handed out
+exactly once, so no request goes uncounted however the processes interleave; under a
+large one, workers take leases of a few requests, and together never grant more than
+the budget nor refuse before all but their unspent leases is granted. The window's
+rules: capped at budget + 1, the end fixed by the first request, a new window once it
+has passed; a slot whose window has ended serves another key; a file that is not a
+counter is refused.
 """
 
 from __future__ import annotations
@@ -13,20 +16,23 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 import leasestar.rate_limit
 from leasestar.database import DatabaseError
 from leasestar.rate_limit import CounterFull, WindowCounter
 
 PROCESSES = 4
-COUNTS_EACH = 400
-NO_LIMIT = 10**9
+COUNTS_EACH = 120
+EXACT_BUDGET = 511  # the largest budget counted one request at a time (no leases)
+LARGE_BUDGET = 4096  # leases of 16, the most
 
 
-def _count_many(path: str, key: str, times: int) -> list[int]:
+def _count_many(path: str, key: str, times: int, budget: int) -> list[int]:
     counter = WindowCounter(Path(path))
     try:
-        return [counter.count(key, NO_LIMIT, 3600).requests for _ in range(times)]
+        return [counter.count(key, budget, 3600).requests for _ in range(times)]
     finally:
         counter.close()
 
@@ -34,11 +40,54 @@ def _count_many(path: str, key: str, times: int) -> list[int]:
 def test_processes_counting_at_once_never_lose_a_count(tmp_path: Path) -> None:
     path = str(tmp_path / "db-ratelimit")
     with multiprocessing.get_context("spawn").Pool(PROCESSES) as pool:
-        results = pool.starmap(_count_many, [(path, "token", COUNTS_EACH)] * PROCESSES)
+        results = pool.starmap(
+            _count_many, [(path, "token", COUNTS_EACH, EXACT_BUDGET)] * PROCESSES
+        )
     handed_out = sorted(count for result in results for count in result)
     assert handed_out == list(range(1, PROCESSES * COUNTS_EACH + 1))
     for result in results:  # each process saw its own counts rise
         assert result == sorted(result)
+
+
+def test_processes_taking_leases_grant_the_budget_and_no_more(tmp_path: Path) -> None:
+    path = str(tmp_path / "db-ratelimit")
+    each = LARGE_BUDGET // PROCESSES + 200  # together more than the budget
+    with multiprocessing.get_context("spawn").Pool(PROCESSES) as pool:
+        results = pool.starmap(_count_many, [(path, "token", each, LARGE_BUDGET)] * PROCESSES)
+    granted = sum(count <= LARGE_BUDGET for result in results for count in result)
+    # Refused while another process held at most 15 unspent requests of a lease.
+    assert LARGE_BUDGET - (PROCESSES - 1) * 15 <= granted <= LARGE_BUDGET
+    for result in results:
+        assert result == sorted(result)
+
+
+@given(
+    budget=st.integers(1, 5000),
+    turns=st.lists(st.integers(0, 2), min_size=1, max_size=400),
+)
+def test_workers_sharing_a_file_grant_within_their_leases_of_the_budget(
+    tmp_path_factory: pytest.TempPathFactory, budget: int, turns: list[int]
+) -> None:
+    """Three workers (counters on one file) take turns in any order: what they grant
+    never passes the budget; once one is refused, the budget less the others' unspent
+    leases (at most 15 each) has been granted."""
+    path = tmp_path_factory.mktemp("leases") / "db-ratelimit"
+    workers = [WindowCounter(path) for _ in range(3)]
+    try:
+        lease = min(16, max(1, budget // 256))  # as the module's docstring states it
+        granted = refused = 0
+        for turn in turns:
+            window = workers[turn].count("token", budget, 3600)
+            if window.requests <= budget:
+                granted += 1
+            else:
+                refused += 1
+                assert granted >= budget - 2 * (lease - 1)
+        assert granted <= budget
+        assert granted + refused == len(turns)
+    finally:
+        for worker in workers:
+            worker.close()
 
 
 @pytest.fixture
