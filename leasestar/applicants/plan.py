@@ -187,6 +187,7 @@ def build_page_select(
     walk_order: bool = False,
     start: tuple[KeyValue, ...] | None = None,
     seek: SeekRanges = (),
+    sort_matches: bool = False,
 ) -> SqlFragment:
     """The rows (body, change_seq) of a page in the total order.
 
@@ -195,6 +196,10 @@ def build_page_select(
         scope: the token's integrations, None for all.
         limit: rows to read; skip: rows to skip first.
         walk_order: hint the filters so the ordering's index is walked (`build_where`).
+        sort_matches: the opposite: collect the matches through a filter's index and
+            sort them. SQLite knows nothing of how many rows a range keeps (no ANALYZE),
+            so left to itself it walked the ordering's index past every non-match: 16 s
+            at 1,000,000 rows for a date bound that 52 rows meet, 17 ms sorted.
         start: a checkpoint's key values: the page starts at or after them.
         seek: for the order's leading keys, the (column, low, high) values that every
             match the page wants lies within (`MatchCounter.seek`): ranges to seek to.
@@ -221,7 +226,7 @@ def build_page_select(
     else:
         ranges = ()
     unkeyed = msgspec.structs.replace(query, after=None)
-    order_by = build_order_by(query.order_by)
+    order_by = build_order_by(query.order_by, sort=sort_matches)
     if len(ranges) <= 1:
         where = build_where(
             unkeyed, scope, walk_order=walk_order, keyset=ranges[0] if ranges else None
@@ -242,10 +247,11 @@ def build_page_select(
     still_wanted = (
         f"max(0, ? - (SELECT count(*) FROM (SELECT 1 FROM applicants {first_where.sql} LIMIT ?)))"
     )
+    # A compound SELECT's ORDER BY names result columns: never `+column`.
     return SqlFragment(
         f"{select} {first_where.sql} UNION ALL SELECT * FROM "
         f"({select} {then_where.sql} {order_by} LIMIT {still_wanted}) "
-        f"{order_by} LIMIT ? OFFSET ?",
+        f"{build_order_by(query.order_by)} LIMIT ? OFFSET ?",
         (
             *first_where.params,
             *then_where.params,
@@ -395,6 +401,10 @@ class ListPlan:
             walk_order=walk,
             start=start,
             seek=seek,
+            # Collecting was chosen by the sizes: not where no filter narrows the rows,
+            # or an index serves filter and order (`walks_order_index`), nor where a
+            # seek bounds the ordering's index.
+            sort_matches=not walk and self.walk is None and not seek,
         )
 
 
