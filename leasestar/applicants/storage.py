@@ -237,6 +237,10 @@ class ApplicantReader:
         if query.after is None and not page_plan.uses_checkpoints:
             order = total_order(query.order_by)
             found = self._counter.seek(query, scope, order, page_plan.wanted)
+            # The page's total, at the copy's version: not counted a second time.
+            self._remember_total(
+                page_plan.matches, cast("int", self._counter.version), found.matches
+            )
             if found.ranges:
                 seek = _Seek(found.ranges, cast("int", self._counter.version))
                 if len(found.ranges) > 1:
