@@ -203,6 +203,26 @@ class MatchCounter:
         its sync position and the scope (`covers(query)` must hold)."""
         return int(np.count_nonzero(self._matches(query, scope)))
 
+    def kept_by_each(self, query: ApplicantQuery, scope: Scope) -> dict[str, int]:
+        """For each column the query tests (its filters', the scope's `integration_id`,
+        the sync position's `change_seq`), the rows its conditions alone keep: the one
+        keeping fewest has the index to collect the matches through."""
+        masks: dict[str, Array] = {}
+
+        def narrow(column: str, mask: Array) -> None:
+            masks[column] = masks[column] & mask if column in masks else mask
+
+        for name, value in query.filters:
+            spec = FILTERS_BY_NAME[name]
+            narrow(spec.column, self._present & self._filter_mask(spec.column, name, value))
+        if query.changed_since is not None:
+            narrow(
+                "change_seq", self._present & (self._columns["change_seq"] > query.changed_since)
+            )
+        if scope is not None:
+            narrow("integration_id", self._present & self._any_of("integration_id", scope))
+        return {column: int(np.count_nonzero(mask)) for column, mask in masks.items()}
+
     def seek(
         self, query: ApplicantQuery, scope: Scope, order: tuple[SortKey, ...], wanted: int
     ) -> Seek:
@@ -344,17 +364,23 @@ class MatchCounter:
     def _matches(self, query: ApplicantQuery, scope: Scope) -> Array:
         matches = self._present.copy()
         for name, value in query.filters:
-            spec = FILTERS_BY_NAME[name]
-            column = self._columns[spec.column]
-            if isinstance(spec, InstantBound):
-                matches &= (column >= value) if spec.name.endswith("_gte") else (column <= value)
-            else:
-                matches &= column == self._codes[spec.column].of(str(value))
+            matches &= self._filter_mask(FILTERS_BY_NAME[name].column, name, value)
         if query.changed_since is not None:
             matches &= self._columns["change_seq"] > query.changed_since
         if scope is not None:
             matches &= self._any_of("integration_id", scope)
         return matches
+
+    def _filter_mask(self, column: str, name: str, value: Any) -> Array:
+        """The rows one broad filter keeps (rows no longer present included)."""
+        values = self._columns[column]
+        spec = FILTERS_BY_NAME[name]
+        kept: Array
+        if isinstance(spec, InstantBound):
+            kept = (values >= value) if spec.name.endswith("_gte") else (values <= value)
+        else:
+            kept = values == self._codes[column].of(str(value))
+        return kept
 
     def _any_of(self, column: str, values: Iterable[str]) -> Array:
         codes = self._columns[column]

@@ -53,6 +53,15 @@ class _Seek(NamedTuple):
     version: int
 
 
+class _Choice(NamedTuple):
+    """How a page is read: walking the ordering's index or collecting the matches, the
+    ranges it seeks to, and the column whose index collects them (None: SQLite's pick)."""
+
+    walk: bool
+    seek: _Seek | None = None
+    collect_by: str | None = None
+
+
 class _PageRows(NamedTuple):
     """What `ListPlan.page` reads: the version, then the rows, joined."""
 
@@ -130,9 +139,7 @@ class ApplicantReader:
         self._checkpoints: LRU[tuple[object, ...], tuple[int, Anchors]] = LRU(CHECKPOINT_CACHE_SIZE)
         self._single_flight = SingleFlight()
         # (plan, copy version) -> the walk and seek chosen (`_walk_by_copy`)
-        self._choices: LRU[tuple[ListPlan, int | None], tuple[bool, _Seek | None]] = LRU(
-            COUNT_CACHE_SIZE
-        )
+        self._choices: LRU[tuple[ListPlan, int | None], _Choice] = LRU(COUNT_CACHE_SIZE)
 
     async def _row(self, statement: SqlFragment, *, on_pool: bool = False) -> Any:
         """The first row of a statement: on the loop within its budget, or on the pool."""
@@ -176,7 +183,7 @@ class ApplicantReader:
     async def fetch_page(self, query: ApplicantQuery, scope: Scope) -> ApplicantPage:
         """One page of matching records in the requested order, with the exact total."""
         page_plan = plan_list(query, scope)
-        walk, seek = await self._walk(page_plan)
+        walk, seek, collect_by = await self._walk(page_plan)
         if seek is not None and not page_plan.uses_checkpoints:
             page = await self._read_page(page_plan, walk, None, None, seek.values)
             if page.data_version == seek.version:
@@ -188,15 +195,15 @@ class ApplicantReader:
         if page_plan.uses_checkpoints:
             version, anchors = await self._anchors(page_plan, walk)
         start, skip = page_plan.start(anchors)
-        page = await self._read_page(page_plan, walk, start, skip)
+        page = await self._read_page(page_plan, walk, start, skip, collect_by=collect_by)
         if version is not None and page.data_version != version:
             # A write landed since the checkpoints were read: their positions may have
             # moved. Serve this page by plain offset and rebuild them next time.
             self._checkpoints.drop(page_plan.checkpoint_key)
-            page = await self._read_page(page_plan, walk, None, None)
+            page = await self._read_page(page_plan, walk, None, None, collect_by=collect_by)
         return page
 
-    async def _walk(self, page_plan: ListPlan) -> tuple[bool, _Seek | None]:
+    async def _walk(self, page_plan: ListPlan) -> _Choice:
         """The plan's choice of walk, from the sizes when it depends on them, and where
         the page's matches lie in the order when the columnar copy can tell.
 
@@ -206,7 +213,7 @@ class ApplicantReader:
         if page_plan.walk is not None and not (
             _sorts_without_index(page_plan.query) and await self._counts_by_copy(page_plan)
         ):
-            return page_plan.walk, None
+            return _Choice(page_plan.walk)
         if await self._counts_by_copy(page_plan):
             # At the copy's version, which may be a write behind: a plan needs only the
             # rough sizes, and a range found at that version is used only for a page
@@ -218,9 +225,9 @@ class ApplicantReader:
             version, matches, everything = await self._row(page_plan.sizes, on_pool=True)
             self._remember_total(page_plan.matches, version, matches)
             self._remember_total(plan.EVERYTHING, version, everything)
-        return page_plan.walks(matches, everything), None
+        return _Choice(page_plan.walks(matches, everything))
 
-    def _walk_by_copy(self, page_plan: ListPlan) -> tuple[bool, _Seek | None]:
+    def _walk_by_copy(self, page_plan: ListPlan) -> _Choice:
         """`_walk` from the columnar copy, once per plan and copy version: a page asked
         again (the hot path) plans nothing."""
         key = (page_plan, self._counter.version)
@@ -230,9 +237,14 @@ class ApplicantReader:
             self._choices.put(key, choice)
         return choice
 
-    def _choose_by_copy(self, page_plan: ListPlan) -> tuple[bool, _Seek | None]:
+    def _choose_by_copy(self, page_plan: ListPlan) -> _Choice:
         """A first page whose lead key the copy holds seeks to the range its matches lie
-        in, and walks it when that steps over fewer rows than collecting the matches."""
+        in, and walks it when that steps over fewer rows than collecting the matches.
+
+        Matches collected are found through the index of the filter that keeps the
+        fewest rows, counted by the copy: SQLite, without statistics, took a token's two
+        integrations (250,000 rows at 1,000,000) over a date bound that 12,000 met, 3.5 s
+        a page instead of ~40 ms."""
         query, scope, everything = page_plan.query, page_plan.scope, self._counter.rows
         if query.after is None and not page_plan.uses_checkpoints:
             order = total_order(query.order_by)
@@ -246,13 +258,18 @@ class ApplicantReader:
                 if len(found.ranges) > 1:
                     # The last range is sought (`plan.build_page_select`), every filter
                     # tested.
-                    return True, seek
-                return page_plan.walks(found.matches, everything, found.stepped), seek
+                    return _Choice(True, seek)
+                return _Choice(page_plan.walks(found.matches, everything, found.stepped), seek)
             matches = found.matches  # counted by the seek: not counted again
         else:
             matches = self._counter.count(query, scope)
-        clear = page_plan.walks_whatever_the_spread(matches, everything)
-        return (page_plan.walks(matches, everything) if clear is None else clear), None
+        kept = self._counter.kept_by_each(query, scope)
+        collect_by = min(kept, key=kept.__getitem__) if kept else None
+        collected = kept[collect_by] if collect_by is not None else None
+        clear = page_plan.walks_whatever_the_spread(matches, everything, collected)
+        if page_plan.walks(matches, everything, collected=collected) if clear is None else clear:
+            return _Choice(True)
+        return _Choice(False, None, collect_by if len(kept) > 1 else None)
 
     async def _anchors(self, page_plan: ListPlan, walk: bool) -> tuple[int | None, Anchors]:
         """The checkpoints of this query's filters and order (read once per data version)."""
@@ -282,9 +299,10 @@ class ApplicantReader:
         start: tuple[KeyValue, ...] | None,
         skip: int | None,
         seek: SeekRanges = (),
+        collect_by: str | None = None,
     ) -> ApplicantPage:
         """The page and its exact total, both at the data version the page was read at."""
-        statement = page_plan.page(walk, start, skip, seek)
+        statement = page_plan.page(walk, start, skip, seek, collect_by)
         rows = _PageRows(*await self._row(statement))
         total = self._cached_total(page_plan.matches, rows.version)
         for _ in range(3):
@@ -301,7 +319,9 @@ class ApplicantReader:
             total = self._cached_total(page_plan.matches, rows.version)
         if total is None:
             # Writes keep landing between page and count: both in one statement.
-            both = await self._row(page_plan.page_and_count(walk, start, skip), on_pool=True)
+            both = await self._row(
+                page_plan.page_and_count(walk, start, skip, collect_by), on_pool=True
+            )
             rows, total = _PageRows(both[0], *both[2:]), both[1]
             self._remember_total(page_plan.matches, rows.version, total)
         return _served(page_plan, rows, total)
