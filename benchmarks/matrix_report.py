@@ -57,7 +57,9 @@ def markdown(results: list[MatrixResult], command: str, when: str, commit: str) 
             "",
             f"{len(result.combinations)} combinations, {min(requests)}-{max(requests)} requests "
             f"each ({sum(requests):,} in {result.seconds:.0f} s; {result.dropped} dropped as "
-            f"slow). **Worst: `order-by={worst.ordering}`, {worst.kind}: p50 "
+            f"slow; before them, the server's first list request, which waits for its columnar "
+            f"copy's first read, took {result.first_seconds:.1f} s). **Worst: "
+            f"`order-by={worst.ordering}`, {worst.kind}: p50 "
             f"{worst.p50:.1f} ms, p99 {worst.p99:.1f} ms.** {over} combinations have a median "
             f"over {TARGET_P50_MS:.0f} ms (target: none); p99 over all requests "
             f"{result.p99_all:.1f} ms (target <= {TARGET_P99_MS:.0f} ms). `meta.total` of "
