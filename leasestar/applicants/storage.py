@@ -51,6 +51,7 @@ class _Seek(NamedTuple):
 
     values: SeekRanges
     version: int
+    rowids: str | None = None  # every match the page may hold, when few: a JSON array
 
 
 class _Choice(NamedTuple):
@@ -185,7 +186,9 @@ class ApplicantReader:
         page_plan = plan_list(query, scope)
         walk, seek, collect_by = await self._walk(page_plan)
         if seek is not None and not page_plan.uses_checkpoints:
-            page = await self._read_page(page_plan, walk, None, None, seek.values)
+            page = await self._read_page(
+                page_plan, walk, None, None, seek.values, rowids=seek.rowids
+            )
             if page.data_version == seek.version:
                 return page
             # The copy was a write behind the page: a record that write moved into the
@@ -253,6 +256,11 @@ class ApplicantReader:
             self._remember_total(
                 page_plan.matches, cast("int", self._counter.version), found.matches
             )
+            if found.candidates is not None:
+                # Few enough to read by rowid and sort, whatever index could find them.
+                rowids = "[" + ",".join(map(str, found.candidates.tolist())) + "]"
+                version = cast("int", self._counter.version)
+                return _Choice(False, _Seek((), version, rowids))
             if found.ranges:
                 seek = _Seek(found.ranges, cast("int", self._counter.version))
                 if len(found.ranges) > 1:
@@ -300,9 +308,10 @@ class ApplicantReader:
         skip: int | None,
         seek: SeekRanges = (),
         collect_by: str | None = None,
+        rowids: str | None = None,
     ) -> ApplicantPage:
         """The page and its exact total, both at the data version the page was read at."""
-        statement = page_plan.page(walk, start, skip, seek, collect_by)
+        statement = page_plan.page(walk, start, skip, seek, collect_by, rowids)
         rows = _PageRows(*await self._row(statement))
         total = self._cached_total(page_plan.matches, rows.version)
         for _ in range(3):

@@ -46,6 +46,7 @@ RULES = {
 FILTER_ORDER = tuple(RULES)  # ApplicantQuery keeps filters in FILTERS order
 INSTANTS = ("created_at", "updated_at", "last_seen", "change_seq")
 RULES_CODED = ("integration_id", "integration_vendor", "property_id", "x_property_id")
+ORDERED_CODED = ("state", "city", "zip")  # nullable: NULL sorts first
 LEAP_YEARS = st.sampled_from(range(2004, 2032, 4))  # a record's Feb 29 stays a date
 Values = dict[str, list[Any]]
 
@@ -153,10 +154,18 @@ def test_every_count_is_count_star(
     assert counter.count(query, scope) == expected_count(connection, query, scope)
 
 
+def range_clause(column: str, low: Any, high: Any) -> str:
+    """`column` within [low, high] in SQLite's order, where NULL sorts first: a NULL low
+    means "from the NULLs" (`x >= NULL` is never true)."""
+    if low is not None:
+        return f"{column} BETWEEN ? AND ?"
+    return f"{column} IS NULL" if high is None else f"({column} IS NULL OR {column} <= ?)"
+
+
 @settings(max_examples=200, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     data=st.data(),
-    lead=st.sampled_from((*INSTANTS, *RULES_CODED)),
+    lead=st.sampled_from((*INSTANTS, *RULES_CODED, *ORDERED_CODED)),
     direction=st.sampled_from(("asc", "desc")),
     wanted=st.integers(1, 60),
     steps=st.sampled_from(((1, 1), (4, 2), (1024, 8))),
@@ -178,7 +187,9 @@ def test_the_ranges_of_a_seek_hold_the_first_matches(
     so both ways are taken on the seed's few hundred rows), the answer is the same."""
     connection = seeded[1]
     query, scope = data.draw(queries(seeded_values))
-    second = data.draw(st.sampled_from((*INSTANTS, *RULES_CODED, "last_name")), label="then")
+    second = data.draw(
+        st.sampled_from((*INSTANTS, *RULES_CODED, *ORDERED_CODED, "last_name")), label="then"
+    )
     keys = [(lead, direction)]
     if second != lead and data.draw(st.booleans(), label="two keys"):
         keys.append((second, data.draw(st.sampled_from(("asc", "desc")), label="its way")))
@@ -199,11 +210,12 @@ def test_the_ranges_of_a_seek_hold_the_first_matches(
     first = connection.execute(
         f"SELECT id FROM applicants {where} ORDER BY {ordering} LIMIT ?", (*params, wanted)
     )
-    bounds = " AND ".join(f"{column} BETWEEN ? AND ?" for column, _, _ in found.ranges)
+    bounds = " AND ".join(range_clause(*bounds) for bounds in found.ranges)
+    bound_values = [v for _, *pair in found.ranges for v in pair if v is not None]
     within = connection.execute(
         f"SELECT id FROM applicants {where + ' AND' if where else 'WHERE'} {bounds} "
         f"ORDER BY {ordering} LIMIT ?",
-        (*params, *(v for _, *pair in found.ranges for v in pair), wanted),
+        (*params, *bound_values, wanted),
     )
     assert within.fetchall() == first.fetchall()
     # The walk's length: the range's rows before its last value, then that value's rows
@@ -216,12 +228,25 @@ def test_the_ranges_of_a_seek_hold_the_first_matches(
     def counted(sql: str, *values: Any) -> int:
         return int(connection.execute(sql, values).fetchone()[0])
 
-    whole = counted(f"SELECT count(*) FROM applicants WHERE {column} BETWEEN ? AND ?", low, high)
-    tied = counted(f"SELECT count(*) FROM applicants WHERE {column} = ?", last)
-    tied_matches = counted(f"SELECT count(*) FROM applicants {matched} {column} = ?", *params, last)
-    matches_before = counted(
-        f"SELECT count(*) FROM applicants {matched} {column} {before} ?", *params, last
+    whole = counted(
+        f"SELECT count(*) FROM applicants WHERE {range_clause(column, low, high)}",
+        *(v for v in (low, high) if v is not None),
     )
+    tied = counted(f"SELECT count(*) FROM applicants WHERE {column} IS ?", last)
+    tied_matches = counted(
+        f"SELECT count(*) FROM applicants {matched} {column} IS ?", *params, last
+    )
+    # Before `last` in the order: NULL sorts first (asc), so last (desc).
+    if last is None:
+        earlier = "0" if direction == "asc" else f"{column} IS NOT NULL"
+        matches_before = counted(f"SELECT count(*) FROM applicants {matched} {earlier}", *params)
+    else:
+        nulls = f" OR {column} IS NULL" if direction == "asc" else ""
+        matches_before = counted(
+            f"SELECT count(*) FROM applicants {matched} ({column} {before} ?{nulls})",
+            *params,
+            last,
+        )
     needed = min(wanted, found.matches) - matches_before
     assert 0 < needed <= tied_matches
     assert found.stepped == whole - tied + math.ceil(needed * tied / tied_matches)

@@ -24,6 +24,7 @@ import msgspec
 import pytest
 from litestar.testing import AsyncTestClient
 
+from leasestar.applicants import match_counter
 from leasestar.applicants.pipeline import write_records
 from leasestar.applicants.records import Applicant
 from leasestar.applicants.storage import SingleFlight
@@ -250,9 +251,18 @@ SEEKING = (
         {"last_seen_gte": "2025-01-01"},
         "property_id, created_at DESC, id DESC",
     ),
+    # Nullable keys: the first page of an asc order lies in their NULLs.
+    ("state:asc,city:asc,zip:asc", {}, "state, city, zip, id"),
+    (
+        "state:desc,city:asc,zip:desc",
+        {"updated_at_lte": "2024-06-01"},
+        "state DESC, city, zip DESC, id DESC",
+    ),
+    ("zip:asc", {"last_seen_gte": "2025-01-01"}, "zip, id"),
 )
 
 
+@pytest.mark.parametrize("read_by", ["ranges", "rowids"])
 @pytest.mark.parametrize(("order", "filters", "sql_order"), SEEKING)
 async def test_pages_told_where_their_matches_lie_are_the_pages(
     traced_client: tuple[Client, Traced],
@@ -260,9 +270,15 @@ async def test_pages_told_where_their_matches_lie_are_the_pages(
     order: str,
     filters: dict[str, str],
     sql_order: str,
+    read_by: str,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """First pages and offsets of orders led by a column of the copy (which seek to the
-    range their matches lie in, match_counter.seek) hold the records SQLite orders."""
+    range their matches lie in, match_counter.seek) hold the records SQLite orders:
+    read through the ranges, or, where the matches within them are few (every seed's are:
+    the bound is lowered to none to read by ranges), by their rowids."""
+    if read_by == "ranges":
+        monkeypatch.setattr(match_counter, "_CANDIDATES_MOST", -1)
     client, traced = traced_client
     await copy_read(client)
     traced.statements.clear()
@@ -298,23 +314,36 @@ async def test_pages_told_where_their_matches_lie_are_the_pages(
         served = [record["id"] for record in response.json()["results"]]
         assert served == expected[offset : offset + limit], (order, filters, offset)
         assert response.json()["meta"]["total"] == len(expected)
-    assert any(" BETWEEN " in sql for sql in traced.statements)  # they sought
+    if read_by == "ranges":
+        # They sought: to a range, or to the NULLs a nullable key's asc order starts with.
+        assert any(" BETWEEN " in sql or " IS NULL" in sql for sql in traced.statements)
+    else:
+        assert any("rowid IN (SELECT value FROM json_each" in sql for sql in traced.statements)
 
 
 async def test_matches_are_collected_through_the_filter_that_keeps_fewest_rows(
-    traced_client: tuple[Client, Traced], seeded_db: Path, db: sqlite3.Connection
+    traced_client: tuple[Client, Traced],
+    seeded_db: Path,
+    db: sqlite3.Connection,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A token of two integrations, a date bound that a few rows meet, an order the copy
     does not hold: the matches are collected through the date's index, which the copy
     counts as keeping the fewest rows, never the integrations' (found at 1,000,000 rows:
     left to itself SQLite took the integrations' index, 250,000 rows read for the 4,000
     matches of a bound that kept 12,000: 3.5 s a page instead of ~40 ms)."""
+    monkeypatch.setattr(match_counter, "_CANDIDATES_MOST", -1)  # never read by rowid
     client, traced = traced_client
     scope = ("int_mri_01", "int_entrata_01")
     scoped = create_token(db, "two-integrations", scope)
     await copy_read(client)
-    instants = sorted(row[0] for row in db.execute("SELECT updated_at FROM applicants"))
-    bound = instants[-6]  # six rows meet it
+    instants = sorted(
+        row[0]
+        for row in db.execute(
+            "SELECT updated_at FROM applicants WHERE integration_id IN (?, ?)", scope
+        )
+    )
+    bound = instants[-3]  # three of the scope's rows meet it, a few more outside it
     expected = [
         row[0]
         for row in db.execute(
