@@ -47,7 +47,7 @@ format: install
 ## query matrix (issue 17, benchmarks/matrix.py): every sortable field both ways and
 ## multi-key orderings against every kind of filter, values random per request, p50/p99
 ## per combination (matrix section, matrix-bench.png; alone on one database:
-## `.venv/bin/python benchmarks/matrix.py --rows N`). About 40 minutes on a fresh clone;
+## `.venv/bin/python benchmarks/matrix.py --rows N [N ...]`). About 40 minutes on a fresh clone;
 ## `make bench BENCH_ARGS=--quick` is a development run under 5 minutes (100k rows only, no
 ## cursor walks, a reduced matrix, no rate-limit run); BENCH_ARGS='--smoke /tmp/bench'
 ## checks every step in ~3 minutes on small databases, writing only below /tmp/bench.

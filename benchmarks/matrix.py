@@ -385,22 +385,31 @@ def main() -> None:
     import provenance
 
     parser = argparse.ArgumentParser(description="the query matrix (issue 17), one database")
-    parser.add_argument("--rows", type=int, default=100_000, help="seeded applicants")
+    parser.add_argument(
+        "--rows",
+        type=int,
+        nargs="+",
+        default=[100_000],
+        help="seeded applicants; several sizes make one section with a table each",
+    )
     parser.add_argument("--quick", action="store_true", help="the reduced matrix of --quick")
     parser.add_argument("--results", type=Path, help="write the section to this RESULTS.md")
     args = parser.parse_args()
     raise_priority()
-    db = databases.ensure_database(args.rows)
-    domain = prepare(db, args.rows)
-    with leasestar_server(f"matrix-{args.rows}", db) as server:
-        result = measure(server.base, db, domain, QUICK_MATRIX if args.quick else FULL_MATRIX)
-    command = "python benchmarks/matrix.py " + " ".join(sys.argv[1:])
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    section = matrix_report.markdown([result], command.strip(), when, provenance.git_commit())
+    results = []
+    for rows in args.rows:
+        db = databases.ensure_database(rows)
+        domain = prepare(db, rows)
+        with leasestar_server(f"matrix-{rows}", db) as server:
+            settings = QUICK_MATRIX if args.quick else FULL_MATRIX
+            results.append(measure(server.base, db, domain, settings))
+    command = "python benchmarks/matrix.py " + " ".join(sys.argv[1:])
+    section = matrix_report.markdown(results, command.strip(), when, provenance.git_commit())
     print(section)
     if args.results:
         provenance.write_section(section, args.results)
-        matrix_report.chart([result], command, args.results.parent / matrix_report.CHART_NAME)
+        matrix_report.chart(results, command, args.results.parent / matrix_report.CHART_NAME)
 
 
 if __name__ == "__main__":
