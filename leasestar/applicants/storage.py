@@ -267,17 +267,28 @@ class ApplicantReader:
                     # The last range is sought (`plan.build_page_select`), every filter
                     # tested.
                     return _Choice(True, seek)
-                return _Choice(page_plan.walks(found.matches, everything, found.stepped), seek)
+                collect_by, collected = self._collected_by(page_plan)
+                if page_plan.walks(found.matches, everything, found.stepped, collected):
+                    return _Choice(True, seek)
+                # Collected as if there were no range: through the fewest rows.
+                return _Choice(False, None, collect_by)
             matches = found.matches  # counted by the seek: not counted again
         else:
             matches = self._counter.count(query, scope)
-        kept = self._counter.kept_by_each(query, scope)
-        collect_by = min(kept, key=kept.__getitem__) if kept else None
-        collected = kept[collect_by] if collect_by is not None else None
+        collect_by, collected = self._collected_by(page_plan)
         clear = page_plan.walks_whatever_the_spread(matches, everything, collected)
         if page_plan.walks(matches, everything, collected=collected) if clear is None else clear:
             return _Choice(True)
-        return _Choice(False, None, collect_by if len(kept) > 1 else None)
+        return _Choice(False, None, collect_by)
+
+    def _collected_by(self, page_plan: ListPlan) -> tuple[str | None, int | None]:
+        """The column whose index collects the matches, the one whose conditions keep
+        fewest rows (None: one column only, or none: SQLite's pick), and those rows."""
+        kept = self._counter.kept_by_each(page_plan.query, page_plan.scope)
+        if not kept:
+            return None, None
+        fewest = min(kept, key=kept.__getitem__)
+        return (fewest if len(kept) > 1 else None), kept[fewest]
 
     async def _anchors(self, page_plan: ListPlan, walk: bool) -> tuple[int | None, Anchors]:
         """The checkpoints of this query's filters and order (read once per data version)."""
