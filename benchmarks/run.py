@@ -57,7 +57,7 @@ import json
 import shutil
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -345,6 +345,18 @@ def write_results(report: dict[str, Any], run: Run, settings: Settings, outputs:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="leasestar's list path against its floors")
     parser.add_argument("--quick", action="store_true", help="100k rows only, 3 s per case")
+    parser.add_argument(
+        "--rows",
+        type=int,
+        metavar="N",
+        help="with --quick: N rows instead of 100k (the databases of benchmarks/work/ reused)",
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        metavar="DIR",
+        help="write RESULTS.md, the JSON and the charts below DIR (a copy updated in place)",
+    )
     parser.add_argument("--profile", action="store_true", help="py-spy the server instead")
     parser.add_argument(
         "--smoke",
@@ -356,6 +368,15 @@ def main(argv: list[str] | None = None) -> int:
     settings, outputs = (QUICK if args.quick else FULL), OUTPUTS
     matrix_settings = matrix.QUICK_MATRIX if args.quick else matrix.FULL_MATRIX
     command = "make bench" + (" BENCH_ARGS=--quick" if args.quick else "")
+    if args.rows:
+        if not args.quick:
+            parser.error("--rows goes with --quick")
+        settings = replace(settings, sizes=(args.rows,))
+        command = f"python benchmarks/run.py --quick --rows {args.rows}"
+    if args.out:
+        below = Outputs.below(args.out.resolve())
+        outputs = replace(below, work=outputs.work)
+        command += f" --out {args.out}"
     if args.smoke:
         settings, outputs = SMOKE, Outputs.below(args.smoke.resolve())
         matrix_settings = matrix.SMOKE_MATRIX
