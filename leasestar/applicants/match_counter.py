@@ -182,6 +182,8 @@ class MatchCounter:
         # column -> (the order it was sorted by, its rows' rowids and sort keys in that
         # order), for `_in_order`; dropped whenever the copy changes.
         self._sorted: dict[str, tuple[_Order, Array, Array]]
+        # "group/instant" -> every row's (code, instant), sorted: for `_count_range`.
+        self._grouped: dict[str, tuple[Array, Array]]
         self._reset()
         self._codes = {column: _Codes() for column in CODED_COLUMNS}
         self._reading: asyncio.Future[int] | None = None  # the read under way, if any
@@ -228,8 +230,50 @@ class MatchCounter:
 
     def count(self, query: ApplicantQuery, scope: Scope) -> int:
         """The number of applicants at the copy's version that match the query's filters,
-        its sync position and the scope (`covers(query)` must hold)."""
+        its sync position and the scope (`covers(query)` must hold).
+
+        The common shapes, a range of one instant (date bounds, or the sync position)
+        alone or within one group (an equality filter, or the token's integrations), are
+        counted by binary searches in that instant's rows sorted once per data version
+        (by group, then instant): O(log n). Any other combination by one comparison per
+        filter over the copy: O(n), ~1 ns a row.
+        """
+        shape = _ranged_shape(query, scope)
+        if shape is not None:
+            return self._count_range(*shape)
         return int(np.count_nonzero(self._matches(query, scope)))
+
+    def _count_range(
+        self, instant: str, low: int, high: int, group: str | None, values: frozenset[str]
+    ) -> int:
+        """Rows whose `instant` is within [low, high], of those whose `group` column holds
+        one of `values` (every row without a group)."""
+        if group is None:
+            keys = self._in_order(instant, _INSTANT_ORDER)[1]
+            return _between(keys, low, high)
+        codes, keys = self._by_group(group, instant)
+        counted = 0
+        for value in values:
+            code = self._codes[group].of(value)
+            if code == _MISSING:
+                continue
+            start = np.searchsorted(codes, codes.dtype.type(code), "left")
+            end = np.searchsorted(codes, codes.dtype.type(code), "right")
+            counted += _between(keys[start:end], low, high)
+        return counted
+
+    def _by_group(self, group: str, instant: str) -> tuple[Array, Array]:
+        """(codes, instants) of every row, sorted by code, then instant: once per change
+        of the copy and (group, instant) counted, ~0.2 s at 1,000,000 rows."""
+        key = f"{group}/{instant}"
+        cached = self._grouped.get(key)
+        if cached is None:
+            present = np.flatnonzero(self._present)
+            codes = self._columns[group].take(present)
+            instants = self._columns[instant].take(present)
+            by_both = np.lexsort((instants, codes))
+            cached = self._grouped[key] = (codes.take(by_both), instants.take(by_both))
+        return cached
 
     def kept_by_each(self, query: ApplicantQuery, scope: Scope) -> dict[str, int]:
         """For each column the query tests (its filters', the scope's `integration_id`,
@@ -497,6 +541,7 @@ class MatchCounter:
 
     def _reset(self) -> None:
         self._sorted = {}
+        self._grouped = {}
         self._present = np.zeros(0, np.bool_)
         self._columns = {column: np.zeros(0, _dtype(column)) for column in COLUMNS}
         self._rows = 0
@@ -512,6 +557,7 @@ class MatchCounter:
         for column, (where, values) in changed.items():
             self._columns[column][where] = values
         self._sorted.clear()
+        self._grouped.clear()
 
     def _reserve(self, size: int) -> None:
         """Room for rowids below `size`, grown by half again so appends stay amortized."""
@@ -521,6 +567,53 @@ class MatchCounter:
         self._present = _grown(self._present, grown)
         for column in COLUMNS:
             self._columns[column] = _grown(self._columns[column], grown)
+
+
+def _ranged_shape(
+    query: ApplicantQuery, scope: Scope
+) -> tuple[str, int, int, str | None, frozenset[str]] | None:
+    """(instant, low, high, group column or None, its values) when the query is a range
+    of one instant (its bounds, or the sync position on `change_seq`), alone or within
+    one group: one equality filter, or the scope; None for any other combination."""
+    instant: str | None = None
+    low, high = -(2**63), 2**63 - 1
+    group: str | None = None
+    values: frozenset[str] = frozenset()
+    for name, value in query.filters:
+        spec = FILTERS_BY_NAME[name]
+        if isinstance(spec, InstantBound):
+            if instant not in (None, spec.column):
+                return None
+            instant = spec.column
+            if spec.name.endswith("_gte"):
+                low = max(low, int(value))
+            else:
+                high = min(high, int(value))
+        elif group is None:
+            group, values = spec.column, frozenset({str(value)})
+        else:
+            return None
+    if query.changed_since is not None:
+        if instant not in (None, "change_seq"):
+            return None
+        instant, low = "change_seq", max(low, query.changed_since + 1)
+    if scope is not None:
+        if group is not None:
+            return None
+        group, values = "integration_id", scope
+    if instant is None:
+        return None
+    return instant, low, high, group, values
+
+
+def _between(keys: Array, low: int, high: int) -> int:
+    """Sorted `keys` within [low, high]: two binary searches, in the keys' own type."""
+    if low > high:
+        return 0
+    return int(
+        np.searchsorted(keys, keys.dtype.type(high), "right")
+        - np.searchsorted(keys, keys.dtype.type(low), "left")
+    )
 
 
 def read_statements(where: str) -> tuple[list[str], list[str]]:

@@ -355,3 +355,27 @@ def test_a_change_is_read_through_the_change_sequence_index(
         plan = [row[-1] for row in seeded[1].execute(f"EXPLAIN QUERY PLAN {sql}", (0,))]
         assert any("INDEX applicants_change_seq (change_seq>?)" in step for step in plan), plan
         assert not any(step.startswith("SCAN") for step in plan), plan
+
+
+def test_a_range_of_one_instant_is_counted_without_a_pass_over_the_rows(
+    seeded: tuple[Path, sqlite3.Connection], seeded_values: Values, seeded_counter: MatchCounter
+) -> None:
+    """A date range, alone or within one group (an equality filter, the scope), and a
+    sync position: binary searches in rows sorted once, not a comparison per row (the
+    pass, `_matches`, is made to fail here)."""
+    connection = seeded[1]
+    middle = sorted(seeded_values["updated_at"])[len(seeded_values["updated_at"]) // 2]
+    vendor = sorted(seeded_values["integration_vendor"])[0]
+    shapes = [
+        (ApplicantQuery(filters=(("updated_at_gte", middle),)), None),
+        (
+            ApplicantQuery(filters=(("integration_vendor", vendor), ("updated_at_lte", middle))),
+            None,
+        ),
+        (ApplicantQuery(filters=(("updated_at_gte", middle),)), frozenset({"int_mri_01", "nope"})),
+        (ApplicantQuery(changed_since=sorted(seeded_values["change_seq"])[40]), None),
+    ]
+    with mock.patch.object(MatchCounter, "_matches", side_effect=AssertionError("a pass")):
+        counted = [seeded_counter.count(query, scope) for query, scope in shapes]
+    assert counted == [expected_count(connection, query, scope) for query, scope in shapes]
+    assert all(counted)
