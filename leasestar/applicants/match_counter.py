@@ -251,20 +251,18 @@ class MatchCounter:
         if group is None:
             keys = self._in_order(instant, _INSTANT_ORDER)[1]
             return _between(keys, low, high)
-        codes, keys = self._by_group(group, instant)
+        starts, keys = self._by_group(group, instant)
         counted = 0
         for value in values:
             code = self._codes[group].of(value)
-            if code == _MISSING:
-                continue
-            start = np.searchsorted(codes, codes.dtype.type(code), "left")
-            end = np.searchsorted(codes, codes.dtype.type(code), "right")
-            counted += _between(keys[start:end], low, high)
+            if 0 <= code < len(starts) - 1:
+                counted += _between(keys[starts[code] : starts[code + 1]], low, high)
         return counted
 
     def _by_group(self, group: str, instant: str) -> tuple[Array, Array]:
-        """(codes, instants) of every row, sorted by code, then instant: once per change
-        of the copy and (group, instant) counted, ~0.2 s at 1,000,000 rows."""
+        """(where each code's rows start, every row's instant) with the rows sorted by
+        code, then instant: once per change of the copy and (group, instant) counted,
+        ~0.2 s and 8 bytes a row at 1,000,000 rows."""
         key = f"{group}/{instant}"
         cached = self._grouped.get(key)
         if cached is None:
@@ -272,7 +270,9 @@ class MatchCounter:
             codes = self._columns[group].take(present)
             instants = self._columns[instant].take(present)
             by_both = np.lexsort((instants, codes))
-            cached = self._grouped[key] = (codes.take(by_both), instants.take(by_both))
+            codes = codes.take(by_both)
+            starts = np.searchsorted(codes, np.arange(int(codes.max(initial=-1)) + 2))
+            cached = self._grouped[key] = (starts, instants.take(by_both))
         return cached
 
     def kept_by_each(self, query: ApplicantQuery, scope: Scope) -> dict[str, int]:
