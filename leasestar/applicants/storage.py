@@ -256,7 +256,9 @@ class ApplicantReader:
             self._remember_total(
                 page_plan.matches, cast("int", self._counter.version), found.matches
             )
-            if found.candidates is not None:
+            if found.candidates is not None and page_plan.reads_by_rowid(
+                len(found.candidates), found.matches, everything, found.stepped
+            ):
                 # Few enough to read by rowid and sort, whatever index could find them.
                 rowids = "[" + ",".join(map(str, found.candidates.tolist())) + "]"
                 version = cast("int", self._counter.version)
