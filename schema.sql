@@ -4,8 +4,10 @@
 -- PRAGMA user_version (set by app/database.py, which refuses a newer one).
 --
 -- Design, so that the read path does no per-row Python work:
---   * `body` holds each applicant exactly as the API serves it (canonical JSON).
---     A page is the bodies of the matching rows joined with commas.
+--   * `body` holds each applicant as the API serves it (canonical JSON), compressed
+--     alone with a zstd dictionary of `body_dictionaries` (applicants/bodies.py says
+--     how and why). A page is the bodies of the matching rows, concatenated in SQL and
+--     decompressed into one comma-joined buffer.
 --   * Every sortable or filterable field is also a typed column, so ORDER BY and
 --     WHERE run on indexes. Datetimes are integer microseconds since the Unix epoch
 --     (UTC), so comparison is by instant; strings compare by code point (BINARY).
@@ -36,7 +38,17 @@ CREATE TABLE IF NOT EXISTS applicants (
     zip                TEXT,
     -- hash of every non-service field: tells an import whether a record changed
     content_hash       BLOB    NOT NULL,
-    body               TEXT    NOT NULL
+    -- one byte naming the dictionary, then a zstd frame (applicants/bodies.py)
+    body               BLOB    NOT NULL
+);
+
+-- The zstd dictionaries bodies are compressed with, trained on the records themselves;
+-- never changed or dropped, so that every stored body can be read. `ratio` is what the
+-- dictionary gave its own sample: a write whose records do much worse trains another.
+CREATE TABLE IF NOT EXISTS body_dictionaries (
+    number     INTEGER NOT NULL PRIMARY KEY CHECK (number BETWEEN 1 AND 100),
+    dictionary BLOB    NOT NULL,
+    ratio      REAL    NOT NULL
 );
 
 -- The upsert key: source systems reuse ids across integrations and properties.

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from litestar.testing import AsyncTestClient
 
+from leasestar.applicants.bodies import register_json_body
 from leasestar.auth import create_token, revoke_token
 from leasestar.config import Settings
 from leasestar.main import create_app
@@ -29,8 +30,12 @@ def seeded_db(seeded_copy: Path) -> Path:
 @pytest.fixture
 def records(seeded_db: Path) -> list[Record]:
     connection = sqlite3.connect(seeded_db)
+    register_json_body(connection)
     try:
-        return [json.loads(body) for (body,) in connection.execute("SELECT body FROM applicants")]
+        return [
+            json.loads(body)
+            for (body,) in connection.execute("SELECT json_body(body) FROM applicants")
+        ]
     finally:
         connection.close()
 

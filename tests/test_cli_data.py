@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from leasestar import commands
+from leasestar.applicants.bodies import register_json_body
 from leasestar.applicants.records import applicant_encoder
 from leasestar.cli import main
 from leasestar.seed.generator import synthetic_applicants
@@ -363,7 +364,10 @@ def test_export_to_stdout_and_to_a_file_are_the_same_bytes(
     assert target.read_bytes() == captured.out
     assert not target.with_name("out.ndjson.partial").exists()
     connection = sqlite3.connect(seeded)
-    bodies = [body for (body,) in connection.execute("SELECT body FROM applicants ORDER BY id")]
+    register_json_body(connection)
+    bodies = [
+        body for (body,) in connection.execute("SELECT json_body(body) FROM applicants ORDER BY id")
+    ]
     connection.close()
     assert captured.out == "".join(body + "\n" for body in bodies).encode()
 
@@ -435,7 +439,10 @@ def test_seed_stores_exactly_the_generated_records(tmp_path: Path) -> None:
     assert main(["seed", "--db", str(path), "--count", "25", "--seed", "4"]) == 0
     expected = sorted(applicant_encoder.encode(r).decode() for r in synthetic_applicants(25, 4))
     connection = sqlite3.connect(path)
-    stored = [body for (body,) in connection.execute("SELECT body FROM applicants ORDER BY id")]
+    register_json_body(connection)
+    stored = [
+        body for (body,) in connection.execute("SELECT json_body(body) FROM applicants ORDER BY id")
+    ]
     connection.close()
     assert stored == expected
 

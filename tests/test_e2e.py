@@ -18,6 +18,7 @@ from typing import IO
 import httpx
 import pytest
 
+from leasestar.applicants.bodies import register_json_body
 from leasestar.auth import create_token
 from leasestar.database import open_for_write
 from tests.servers import ROOT, START_TIMEOUT, clean_env, free_port, serving, stop, wait_for_health
@@ -82,9 +83,10 @@ def test_list_auth_and_one_record_over_http(server: tuple[str, str, Path, int]) 
         assert anonymous.json()["error"]["code"] == "unauthorized"
 
         connection = sqlite3.connect(path)
+        register_json_body(connection)
         try:
             (stored,) = connection.execute(
-                "SELECT body FROM applicants ORDER BY created_at DESC, id DESC LIMIT 1"
+                "SELECT json_body(body) FROM applicants ORDER BY created_at DESC, id DESC LIMIT 1"
             ).fetchone()
         finally:
             connection.close()

@@ -29,6 +29,7 @@ from typing import Any
 import httpx
 import pytest
 
+from leasestar.applicants.bodies import register_json_body
 from tests.client.test_client import ids_ordered, max_change_seq
 from tests.test_hardening import ROOT, Server, copy_database, new_token, serve
 
@@ -66,6 +67,7 @@ def document(served: tuple[Server, Path, str], tmp_path_factory: pytest.TempPath
 
 def scalar(db: Path, sql: str) -> Any:
     connection = sqlite3.connect(db)
+    register_json_body(connection)
     try:
         return connection.execute(sql).fetchone()[0]
     finally:
@@ -80,7 +82,9 @@ def assert_walked(db: Path, seen: dict[str, Any]) -> None:
     assert seen["change_seq"] == max_change_seq(db)
     # Served instants are `YYYY-MM-DDTHH:MM:SS.mmmZ`, which sort as text.
     assert seen["updated_since_2023"] == scalar(
-        db, "SELECT count(*) FROM applicants WHERE json_extract(body, '$.updated_at') >= '2023'"
+        db,
+        "SELECT count(*) FROM applicants "
+        "WHERE json_extract(json_body(body), '$.updated_at') >= '2023'",
     )
     assert seen["get"] == seen["walk"][0]
     assert seen["error"] == [400, "invalid_request", "limit", "0"]

@@ -15,6 +15,7 @@ from typing import IO, Any, Final, NoReturn
 
 import msgspec
 
+from leasestar.applicants.bodies import BodyDecoder
 from leasestar.applicants.prepared import Prepared, prepare
 from leasestar.applicants.records import Applicant, applicant_encoder, applicant_line_decoder
 from leasestar.applicants.writer import ProgressReporter, RecordError
@@ -216,20 +217,18 @@ def export_ndjson(
 ) -> int:
     """Write every applicant, exactly as served, one per line in id order."""
     count = 0
-    # The bodies are written as SQLite holds them: no decode to str and encode back.
-    text_factory = connection.text_factory
-    connection.text_factory = bytes
-    # One read transaction: the export is one consistent snapshot.
+    # One read transaction: the export is one consistent snapshot, whose dictionaries
+    # every body names.
     connection.execute("BEGIN")
     try:
-        cursor = connection.execute("SELECT body FROM applicants ORDER BY id")
+        decode = BodyDecoder.of(connection).decode
+        cursor = connection.execute("SELECT CAST(body AS BLOB) FROM applicants ORDER BY id")
         while rows := cursor.fetchmany(EXPORT_BATCH):
-            out.write(b"\n".join([body for (body,) in rows]))
+            out.write(b"\n".join([decode(stored) for (stored,) in rows]))
             out.write(b"\n")
             count += len(rows)
             if progress is not None:
                 progress.advance(count)
     finally:
         connection.execute("COMMIT")
-        connection.text_factory = text_factory
     return count

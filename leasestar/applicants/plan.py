@@ -82,7 +82,7 @@ def count(where: SqlFragment) -> SqlFragment:
 
 
 def record(applicant_id: str, query: ApplicantQuery, scope: Scope) -> SqlFragment:
-    """(data version, the record's body or NULL) for `GET /v1/applicants/{id}`."""
+    """(data version, the record's stored body or NULL) for `GET /v1/applicants/{id}`."""
     where = build_where(query, scope)
     condition = f"{where.sql} AND id = ?" if where.sql else "WHERE id = ?"
     return SqlFragment(
@@ -92,7 +92,8 @@ def record(applicant_id: str, query: ApplicantQuery, scope: Scope) -> SqlFragmen
 
 
 def stream(query: ApplicantQuery, scope: Scope) -> SqlFragment:
-    """(body, change_seq) of every match in the total order: a streamed list (`stream.py`)."""
+    """(stored body, change_seq) of every match in the total order: a streamed list
+    (`stream.py`)."""
     where = build_where(query, scope)
     return SqlFragment(
         f"SELECT CAST(body AS BLOB), change_seq FROM applicants {where.sql} "
@@ -314,14 +315,20 @@ class ListPlan:
     walk: bool | None = field(init=False)  # None: chosen by `walks` from the sizes
     # A cursor page reads one record more, to know whether another follows it.
     peek: int = field(init=False)
-    # CAST AS BLOB hands Python the UTF-8 bytes as stored. Only the sync feed needs the
-    # records' change sequence numbers (its position and its cursor are the last one).
+    # The stored bodies concatenated and their byte lengths: Python splits them and
+    # decompresses each (`bodies.BodyDecoder.decode_joined`). CAST AS BLOB hands Python
+    # the bytes as stored (JSON of a database from before is text). Only the sync feed
+    # needs the records' change sequence numbers (its position and its cursor are the
+    # last one).
     _columns: str = field(init=False)
 
     def __post_init__(self) -> None:
         sync = self.query.changed_since is not None
         sequences = "coalesce(group_concat(change_seq), '')" if sync else "''"
-        columns = f"count(*), CAST(coalesce(group_concat(body, ','), '') AS BLOB), {sequences}"
+        columns = (
+            "count(*), CAST(coalesce(group_concat(body, ''), '') AS BLOB), "
+            f"coalesce(group_concat(length(CAST(body AS BLOB))), ''), {sequences}"
+        )
         object.__setattr__(self, "matches", build_where(self.query, self.scope))
         object.__setattr__(self, "walk", walks_order_index(self.query, self.scope))
         object.__setattr__(self, "peek", 1 if self.query.after is not None else 0)
@@ -433,7 +440,8 @@ class ListPlan:
         collect_by: str | None = None,
         rowids: str | None = None,
     ) -> SqlFragment:
-        """(data version, rows, their bodies joined with commas, their change sequences)."""
+        """(data version, rows, their stored bodies concatenated, their lengths, their
+        change sequences)."""
         select = self._select(walk, start, skip, seek, collect_by, rowids)
         return SqlFragment(f"SELECT {VERSION}, {self._columns} FROM ({select.sql})", select.params)
 

@@ -1,7 +1,8 @@
 """Reading applicants: runs the statements of a plan (`plan.py`) and keeps their caches.
 
-A page is one statement whose answer is the page's stored bodies joined with commas,
-so Python handles one string per request whatever the page size. Every statement also
+A page is one statement whose answer is the page's stored bodies concatenated, with
+their lengths: Python handles one buffer per request and decompresses each body into
+the page (`bodies.py`). Every statement also
 reads the data version, which keys the caches: `meta.total` per (filters, scope) and the
 checkpoints of deep pages, each valid until a write moves the version. How a page is
 planned: docs/list-planning.md.
@@ -18,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Final, Generic, NamedTuple, TypeVar, cast
 
 from leasestar.applicants import match_counter, plan
+from leasestar.applicants.bodies import DICTIONARIES, BodyDecoder, UnknownDictionary
 from leasestar.applicants.cursors import KeyValue, last_record_start
 from leasestar.applicants.match_counter import MatchCounter
 from leasestar.applicants.ordering import SqlFragment, total_order
@@ -68,7 +70,8 @@ class _PageRows(NamedTuple):
 
     version: int
     returned: int
-    results_json: bytes
+    stored: bytes  # the rows' stored bodies, concatenated
+    lengths: str  # their byte lengths, comma-separated
     sequences: str  # the rows' change sequences, comma-separated (sync feed only)
 
 
@@ -130,6 +133,7 @@ class ApplicantReader:
 
     def __init__(self, pool: ReadPool) -> None:
         self._pool = pool
+        self._bodies = BodyDecoder()  # dictionaries loaded when a body first names one
         # Counts of the broad filters, from a columnar copy (match_counter.py); read
         # first in the background, SQLite counting until it is there.
         self._counter = MatchCounter(pool.path)
@@ -178,8 +182,18 @@ class ApplicantReader:
     ) -> tuple[bytes | None, int]:
         """The record's JSON (None when unknown, out of scope or outside the bounds), and
         the data version it was read at."""
-        version, body = await self._row(plan.record(applicant_id, query, scope))
-        return (bytes(body) if body is not None else None), int(version)
+        version, stored = await self._row(plan.record(applicant_id, query, scope))
+        if stored is None:
+            return None, int(version)
+        return await self._decoded(lambda: self._bodies.decode(stored)), int(version)
+
+    async def _decoded(self, decode: Callable[[], bytes]) -> bytes:
+        """`decode()`, after loading the dictionaries when a body names one not loaded."""
+        try:
+            return decode()
+        except UnknownDictionary:
+            self._bodies.add(await self._pool.fetchall(DICTIONARIES))
+            return decode()
 
     async def fetch_page(self, query: ApplicantQuery, scope: Scope) -> ApplicantPage:
         """One page of matching records in the requested order, with the exact total."""
@@ -346,7 +360,8 @@ class ApplicantReader:
             )
             rows, total = _PageRows(both[0], *both[2:]), both[1]
             self._remember_total(page_plan.matches, rows.version, total)
-        return _served(page_plan, rows, total)
+        results = await self._decoded(lambda: self._bodies.decode_joined(rows.stored, rows.lengths))
+        return _served(page_plan, rows, results, total)
 
     async def _counts_by_copy(self, page_plan: ListPlan) -> bool:
         """Whether the columnar copy answers this plan's counts.
@@ -422,9 +437,9 @@ def _sorts_without_index(query: ApplicantQuery) -> bool:
     return len(keys) > 2 and keys[0].field in match_counter.COLUMNS
 
 
-def _served(page_plan: ListPlan, rows: _PageRows, total: int) -> ApplicantPage:
+def _served(page_plan: ListPlan, rows: _PageRows, results_json: bytes, total: int) -> ApplicantPage:
     """The page to serve: a cursor page's peeked record cut off, and its `more` known."""
-    version, returned, results_json, sequences = rows
+    version, returned, _, _, sequences = rows
     more = None
     if page_plan.peek:
         more = returned > page_plan.query.limit

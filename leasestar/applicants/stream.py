@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Final
 
 from leasestar.applicants import plan
+from leasestar.applicants.bodies import BodyDecoder
 from leasestar.applicants.query import ApplicantQuery
 from leasestar.database import BUSY_TIMEOUT_MS, read_uri
 from leasestar.errors import InvalidParameter
@@ -101,7 +102,7 @@ class RecordStream:
         self._path = path
         self._sync_from = query.changed_since  # None: not a sync stream
 
-    def _open(self) -> tuple[sqlite3.Connection, sqlite3.Cursor]:
+    def _open(self) -> tuple[sqlite3.Connection, sqlite3.Cursor, BodyDecoder]:
         connection = sqlite3.connect(
             read_uri(self._path),
             uri=True,
@@ -112,7 +113,8 @@ class RecordStream:
         connection.execute("PRAGMA query_only = 1")
         connection.execute(f"PRAGMA cache_size = -{STREAM_CACHE_KIB}")
         connection.execute("BEGIN")  # one snapshot for the whole stream
-        return connection, connection.execute(self._sql, self._params)
+        # The dictionaries of that snapshot: every body the stream reads names one of them.
+        return connection, connection.execute(self._sql, self._params), BodyDecoder.of(connection)
 
     async def chunks(self) -> AsyncIterator[bytes]:
         """The stream's body, a batch of lines at a time."""
@@ -126,10 +128,16 @@ class RecordStream:
         # connection's use: `close` waits for a fetch still running when a client leaves.
         reader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="leasestar-stream")
         try:
-            connection, cursor = await loop.run_in_executor(reader, self._open)
+            connection, cursor, bodies = await loop.run_in_executor(reader, self._open)
+
+            def batch() -> list[tuple[bytes, int]]:
+                # Decompressed on the stream's thread, with the read.
+                decode = bodies.decode
+                return [(decode(stored), seq) for stored, seq in cursor.fetchmany(STREAM_BATCH)]
+
             try:
                 position = self._sync_from
-                while rows := await loop.run_in_executor(reader, cursor.fetchmany, STREAM_BATCH):
+                while rows := await loop.run_in_executor(reader, batch):
                     # One join, whose last empty element ends the chunk with its newline:
                     # `join(...) + b"\n"` copied each batch again, and two batch-sized
                     # buffers alive at once made glibc grow and trim its heap every batch

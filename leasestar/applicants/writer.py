@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Final, Protocol
 
+from leasestar.applicants.bodies import BodyEncoder
 from leasestar.applicants.prepared import Prepared, prepare
 from leasestar.applicants.records import Applicant, applicant_encoder
 from leasestar.instants import format_instant, now_micros
@@ -128,6 +129,7 @@ class ApplicantWriter:
         self._dropped: list[tuple[str, str]] = []
         self._pragmas: dict[str, int] = {}  # their values before this write
         self._written: bytearray | None = None
+        self._bodies: BodyEncoder | None = None  # from the transaction's start
         self.counts = WriteCounts()
 
     @property
@@ -149,6 +151,7 @@ class ApplicantWriter:
             (stored,) = self._db.execute(
                 "SELECT coalesce(max(rowid), 0) FROM applicants"
             ).fetchone()
+            self._bodies = BodyEncoder(self._db)
         except BaseException:
             if self._db.in_transaction:  # SQLite may have rolled back already (a full disk)
                 self._db.execute("ROLLBACK")
@@ -256,7 +259,7 @@ class ApplicantWriter:
             last_seen,
             *person,
             record.digest,
-            self._body(record, stamps).decode(),
+            self._encoder.encode(self._body(record, stamps)),
         )
         try:
             if existing is None:
@@ -271,6 +274,12 @@ class ApplicantWriter:
             raise RecordError(f"id: {stored_id!r} already belongs to another applicant") from None
         if not self._dropped and self.counts.inserted + self.counts.updated >= self._bulk_at:
             self._enter_bulk()
+
+    @property
+    def _encoder(self) -> BodyEncoder:
+        if self._bodies is None:
+            raise RuntimeError("ApplicantWriter.write outside its `with` block")
+        return self._bodies
 
     def _service_fields(
         self, record: Prepared, existing: tuple[str, int, int, int, bytes] | None

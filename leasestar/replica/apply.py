@@ -205,6 +205,11 @@ def _apply(served: sqlite3.Connection, identity: str, alive: Callable[[], bool])
             (served_seq,),
         )
         rows = cursor.rowcount
+        # The dictionaries the rows' bodies are compressed with (applicants/bodies.py):
+        # only ever added, so the new ones are those the served database lacks.
+        served.execute(
+            "INSERT OR IGNORE INTO main.body_dictionaries SELECT * FROM followed.body_dictionaries"
+        )
         served.execute(
             "INSERT OR REPLACE INTO main.integration_versions "
             "SELECT * FROM followed.integration_versions WHERE change_seq > ?",

@@ -9,6 +9,7 @@ import sqlite3
 from datetime import UTC, datetime
 from typing import Any
 
+from leasestar.applicants.bodies import register_json_body
 from leasestar.applicants.ndjson import export_ndjson
 from leasestar.applicants.pipeline import ImportReport, import_ndjson
 
@@ -57,8 +58,10 @@ def run_import(db: sqlite3.Connection, data: bytes, **options: Any) -> ImportRep
 
 def rows(db: sqlite3.Connection) -> dict[str, dict[str, Any]]:
     """Every stored row by x_id, with its body parsed."""
+    register_json_body(db)
     cursor = db.execute(
-        "SELECT x_id, id, change_seq, created_at, updated_at, last_seen, body FROM applicants"
+        "SELECT x_id, id, change_seq, created_at, updated_at, last_seen, json_body(body) AS body "
+        "FROM applicants"
     )
     names = [column[0] for column in cursor.description]
     result = {}

@@ -17,6 +17,7 @@ import httpx
 import msgspec
 import pytest
 
+from leasestar.applicants.bodies import register_json_body
 from tests.applicants.conftest import RATE_LIMIT, SCOPE, Server, client_of
 from tests.servers import clean_env
 
@@ -34,10 +35,12 @@ def _high_water(path: Path) -> int:
 def _import_renamed(live_server: Server, tmp_path: Path, integration: str, name: str) -> set[str]:
     """Rewrite the first names of three records of `integration` by a real import."""
     with sqlite3.connect(live_server.path) as connection:
+        register_json_body(connection)
         bodies = [
             row[0]
             for row in connection.execute(
-                "SELECT body FROM applicants WHERE integration_id = ? ORDER BY id LIMIT 3",
+                "SELECT json_body(body) FROM applicants WHERE integration_id = ? "
+                "ORDER BY id LIMIT 3",
                 (integration,),
             )
         ]

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 from litestar.testing import AsyncTestClient
 
+from leasestar.applicants.bodies import register_json_body
 from leasestar.applicants.pipeline import write_records
 from leasestar.applicants.records import Applicant
 from leasestar.config import Settings
@@ -37,8 +38,12 @@ SEEDED = 300
 def stored_records(path: Path) -> list[Record]:
     """Every applicant as stored, straight from SQLite."""
     connection = sqlite3.connect(path)
+    register_json_body(connection)
     try:
-        return [json.loads(body) for (body,) in connection.execute("SELECT body FROM applicants")]
+        return [
+            json.loads(body)
+            for (body,) in connection.execute("SELECT json_body(body) FROM applicants")
+        ]
     finally:
         connection.close()
 

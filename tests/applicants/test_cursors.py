@@ -26,6 +26,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from litestar.testing import AsyncTestClient
 
+from leasestar.applicants.bodies import register_json_body
 from leasestar.applicants.cursors import CursorCodec, CursorState, last_record_start
 from leasestar.applicants.pipeline import write_records
 from leasestar.applicants.records import Applicant, SortKey
@@ -47,8 +48,12 @@ B64URL = string.ascii_letters + string.digits + "-_"
 
 def stored_records(path: Path) -> list[Record]:
     connection = sqlite3.connect(path)
+    register_json_body(connection)
     try:
-        return [json.loads(body) for (body,) in connection.execute("SELECT body FROM applicants")]
+        return [
+            json.loads(body)
+            for (body,) in connection.execute("SELECT json_body(body) FROM applicants")
+        ]
     finally:
         connection.close()
 
@@ -315,7 +320,8 @@ async def test_ties_on_every_key_are_walked_by_id(
 
 
 def stored_records_of(db: sqlite3.Connection) -> list[Record]:
-    return [json.loads(body) for (body,) in db.execute("SELECT body FROM applicants")]
+    register_json_body(db)
+    return [json.loads(body) for (body,) in db.execute("SELECT json_body(body) FROM applicants")]
 
 
 @pytest.fixture

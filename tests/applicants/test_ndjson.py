@@ -12,6 +12,7 @@ import sqlite3
 
 import pytest
 
+from leasestar.applicants.bodies import register_json_body
 from leasestar.applicants.ndjson import parse_line
 from leasestar.applicants.pipeline import (
     write_records,
@@ -52,7 +53,8 @@ def test_a_repeated_key_is_refused_wherever_it_is() -> None:
 def test_export_writes_every_body_in_id_order(db: sqlite3.Connection) -> None:
     write_records(db, synthetic_applicants(50, seed=4))
     lines = exported(db).splitlines()
-    bodies = dict(db.execute("SELECT id, body FROM applicants").fetchall())
+    register_json_body(db)
+    bodies = dict(db.execute("SELECT id, json_body(body) FROM applicants").fetchall())
     assert [json.loads(line)["id"] for line in lines] == sorted(bodies)
     assert lines == [bodies[key].encode() for key in sorted(bodies)]
 

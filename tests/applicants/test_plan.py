@@ -32,6 +32,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from leasestar.applicants import plan as plan_module
+from leasestar.applicants.bodies import register_json_body
 from leasestar.applicants.cursors import KeyValue, key_values
 from leasestar.applicants.ordering import (
     SORTABLE_FIELDS,
@@ -87,8 +88,9 @@ def seeded(seeded_template: Path) -> Iterator[sqlite3.Connection]:
 def ordered_rows(connection: sqlite3.Connection, order: tuple[SortKey, ...]) -> list[Any]:
     """(id, body, change_seq, lead value) of every record, in the order."""
     lead = order_columns(order)[0]
+    register_json_body(connection)
     return connection.execute(
-        f"SELECT id, body, change_seq, {lead} FROM applicants {build_order_by(order)}"
+        f"SELECT id, json_body(body), change_seq, {lead} FROM applicants {build_order_by(order)}"
     ).fetchall()
 
 

@@ -22,6 +22,7 @@ from hypothesis import HealthCheck, event, given, note, settings
 from hypothesis import strategies as st
 from litestar.testing import AsyncTestClient
 
+from leasestar.applicants.bodies import register_json_body
 from leasestar.applicants.pipeline import write_records
 from leasestar.applicants.records import Applicant
 from leasestar.auth import create_token
@@ -47,11 +48,12 @@ class Stored:
 def stored(path: Path) -> dict[str, Stored]:
     """id -> (change sequence, served record) for every applicant, straight from SQLite."""
     connection = sqlite3.connect(path)
+    register_json_body(connection)
     try:
         return {
             identifier: Stored(seq, json.loads(body), integration)
             for identifier, seq, body, integration in connection.execute(
-                "SELECT id, change_seq, body, integration_id FROM applicants"
+                "SELECT id, change_seq, json_body(body), integration_id FROM applicants"
             )
         }
     finally:

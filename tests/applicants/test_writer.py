@@ -313,7 +313,7 @@ def test_stored_body_is_the_struct_encoding_with_service_fields_filled(
             last_seen=record.last_seen or T1_TEXT,
         )
         assert row["body"] == applicant_encoder.encode(expected).decode()
-        assert connection.execute("SELECT typeof(body) FROM applicants").fetchone() == ("text",)
+        assert connection.execute("SELECT typeof(body) FROM applicants").fetchone() == ("blob",)
     finally:
         connection.close()
 

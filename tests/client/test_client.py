@@ -21,6 +21,7 @@ import httpx
 import msgspec
 import pytest
 
+from leasestar.applicants.bodies import register_json_body
 from leasestar.applicants.pipeline import write_records
 from leasestar.client import (
     Applicant,
@@ -76,9 +77,11 @@ def source_lines(db: Path, where: str, first_name: str) -> list[bytes]:
     """Import lines that rewrite the matching records with a new first name (the upsert
     key kept, the service fields left to the import)."""
     connection = sqlite3.connect(db)
+    register_json_body(connection)
     try:
         bodies = [
-            row[0] for row in connection.execute(f"SELECT body FROM applicants WHERE {where}")
+            row[0]
+            for row in connection.execute(f"SELECT json_body(body) FROM applicants WHERE {where}")
         ]
     finally:
         connection.close()
@@ -385,9 +388,10 @@ def test_the_record_structs_decode_what_is_served(served: tuple[Server, Path, st
     with Client(server.base_url, token) as client:
         applicant = client.applicants.get(ids_where(db)[0])
     connection = sqlite3.connect(db)
+    register_json_body(connection)
     try:
         (body,) = connection.execute(
-            "SELECT body FROM applicants WHERE id = ?", (applicant.id,)
+            "SELECT json_body(body) FROM applicants WHERE id = ?", (applicant.id,)
         ).fetchone()
     finally:
         connection.close()
