@@ -20,6 +20,8 @@ import harness
 import provenance
 from isal import isal_zlib
 
+from leasestar.applicants.bodies import BodyDecoder
+
 try:
     from compression import zstd  # type: ignore[import-not-found,unused-ignore]
 except ImportError:
@@ -53,11 +55,11 @@ CODECS: dict[str, Callable[[bytes], bytes]] = {
 def _pages(rows: int) -> list[bytes]:
     db = databases.ensure_database(rows)
     with databases.read_only(db) as connection:
-        connection.text_factory = bytes
+        decode = BodyDecoder.of(connection).decode
         bodies = [
-            row[0]
+            decode(row[0])
             for row in connection.execute(
-                "SELECT body FROM applicants ORDER BY created_at DESC, id DESC"
+                "SELECT CAST(body AS BLOB) FROM applicants ORDER BY created_at DESC, id DESC"
             )
         ]
     chooser = random.Random(15)

@@ -32,6 +32,7 @@ import harness
 import provenance
 from harness import CLIENT_CORE, CONNECTIONS, SERVER_CORE, WrkTarget, say
 
+from leasestar.applicants.bodies import register_json_body
 from leasestar.applicants.cursors import CursorCodec, key_values
 from leasestar.applicants.ordering import total_order
 from leasestar.applicants.query import ApplicantQuery, cursor_state, parse_order_by
@@ -107,6 +108,7 @@ def build_cases(db: Path, rows: int, with_offset: bool) -> list[Case]:
     """Per ordering, the first page and a cursor page at each depth; and offset=90% of
     the default ordering for contrast."""
     with contextlib.closing(databases.read_only(db)) as conn:
+        register_json_body(conn)
         key = bytes(conn.execute("SELECT cursor_key FROM sync_state").fetchone()[0])
         # As the server signs for an unscoped token, which the benchmark uses.
         codec = CursorCodec(key).for_scope(None)
@@ -137,7 +139,8 @@ def build_cases(db: Path, rows: int, with_offset: bool) -> list[Case]:
                 position = int(rows * depth)
                 say(f"making the cursor at {depth:.0%} of {ordering.name} (position {position:,})")
                 body, change_seq = conn.execute(
-                    f"SELECT body, change_seq FROM applicants {ordering.sql} LIMIT 1 OFFSET ?",
+                    f"SELECT json_body(body), change_seq FROM applicants {ordering.sql} "
+                    "LIMIT 1 OFFSET ?",
                     (position - 1,),
                 ).fetchone()
                 after = key_values(total_order(query.order_by), body, change_seq)

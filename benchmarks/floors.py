@@ -20,6 +20,8 @@ from cases import Case, Settings
 from databases import read_only
 from harness import BENCH, UVICORN, WrkTarget, on_server_core
 
+from leasestar.applicants.bodies import BodyDecoder
+
 
 def floor_server(bodies: Path, work: Path) -> contextlib.AbstractContextManager[harness.Server]:
     """The HTTP floor: a bare Litestar app answering each case's exact body (`floor_app.py`)."""
@@ -60,14 +62,17 @@ class InProcessFloor:
     applied row by row (`+column` keeps the filter off its index); and, for a filter or
     an offset on the default order, a keyset seek to the page's first row, whose sort key
     is looked up once beforehand (as a cache of such anchors would). Assembly: rows
-    joined in Python or SQLite's `group_concat`, each as text (decoded, then encoded
-    again) or as the stored UTF-8 bytes (`CAST(... AS BLOB)`). The best plan is picked
+    joined in Python or SQLite's `group_concat`, from the stored bytes (`CAST(... AS
+    BLOB)`), each body decompressed (`leasestar.applicants.bodies`). The best plan is picked
     first, then the best assembly.
     """
 
     def __init__(self, db: Path, case: Case, body: bytes, ids: list[str]) -> None:
         self.name = f"in-process {case.key}"
         self._conn = read_only(db)
+        # Bodies are stored compressed (leasestar/applicants/bodies.py): decompressing
+        # them is part of the least work a page takes.
+        self._bodies = BodyDecoder.of(self._conn)
         self._ids = ids
         self._picks: Iterator[str] = iter(())
         meta = split_meta(body)
@@ -129,51 +134,35 @@ class InProcessFloor:
         self, head: bytes, tail: bytes, template: str, params: tuple[Any, ...]
     ) -> dict[str, Callable[[], bytes]]:
         conn = self._conn
-        text_rows = template.format(column="body")
+        bodies = self._bodies
         blob_rows = template.format(column="CAST(body AS BLOB)")
-        joined = "coalesce(group_concat(body, ','), '')"
-        text_concat = f"SELECT {joined} FROM ({text_rows})"
-        blob_concat = f"SELECT CAST({joined} AS BLOB) FROM ({text_rows})"
-
-        def rows_text() -> bytes:
-            text = ",".join([row[0] for row in conn.execute(text_rows, params)])
-            return b"".join((head, text.encode(), tail))
+        concat = (
+            "SELECT CAST(coalesce(group_concat(body, ''), '') AS BLOB), "
+            f"coalesce(group_concat(length(CAST(body AS BLOB))), '') FROM ({blob_rows})"
+        )
 
         def rows_blob() -> bytes:
-            rows = [row[0] for row in conn.execute(blob_rows, params)]
+            decode = bodies.decode
+            rows = [decode(row[0]) for row in conn.execute(blob_rows, params)]
             return b"".join((head, b",".join(rows), tail))
 
-        def concat_text() -> bytes:
-            (text,) = conn.execute(text_concat, params).fetchone()
-            return b"".join((head, text.encode(), tail))
-
         def concat_blob() -> bytes:
-            (blob,) = conn.execute(blob_concat, params).fetchone()
-            return b"".join((head, blob, tail))
+            stored, lengths = conn.execute(concat, params).fetchone()
+            return b"".join((head, bodies.decode_joined(stored, lengths), tail))
 
-        return {
-            "rows+join, text": rows_text,
-            "rows+join, blob": rows_blob,
-            "group_concat, text": concat_text,
-            "group_concat, blob": concat_blob,
-        }
+        return {"rows+join, blob": rows_blob, "group_concat, blob": concat_blob}
 
     def _by_id_variants(self, head: bytes) -> dict[str, Callable[[], bytes]]:
         conn = self._conn
-
-        def by_id_text() -> bytes:
-            (text,) = conn.execute(
-                "SELECT body FROM applicants WHERE id = ?", (self._next_id(),)
-            ).fetchone()
-            return b"".join((head, text.encode(), b"}"))
+        decode = self._bodies.decode
 
         def by_id_blob() -> bytes:
             (blob,) = conn.execute(
                 "SELECT CAST(body AS BLOB) FROM applicants WHERE id = ?", (self._next_id(),)
             ).fetchone()
-            return b"".join((head, blob, b"}"))
+            return b"".join((head, decode(blob), b"}"))
 
-        return {"row, text": by_id_text, "row, blob": by_id_blob}
+        return {"row, blob": by_id_blob}
 
     def _trial(self, produce: Callable[[], bytes], body: bytes) -> float:
         """A short timing of one variant, after checking it makes the served bytes."""

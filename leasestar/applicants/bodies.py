@@ -61,9 +61,9 @@ class BodyDecoder:
     """Turns stored bodies back into the JSON served. Not thread-safe: one per thread."""
 
     def __init__(self, dictionaries: Iterable[tuple[int, bytes]] = ()) -> None:
-        self._decompress: dict[int, Callable[[memoryview], bytes]] = {
-            NO_DICTIONARY: _decompressor(None)
-        }
+        # By a stored body's first byte: a list, the cheapest lookup in the page's loop.
+        self._decompress: list[Callable[[memoryview], bytes] | None] = [None] * 256
+        self._decompress[NO_DICTIONARY] = _decompressor(None)
         self.add(dictionaries)
 
     @classmethod
@@ -74,7 +74,7 @@ class BodyDecoder:
     def add(self, dictionaries: Iterable[tuple[int, bytes]]) -> None:
         """Learn dictionaries (rows of `DICTIONARIES`)."""
         for number, dictionary in dictionaries:
-            if number not in self._decompress:
+            if self._decompress[number] is None:
                 self._decompress[number] = _decompressor(bytes(dictionary))
 
     def decode(self, stored: bytes) -> bytes:
@@ -82,7 +82,7 @@ class BodyDecoder:
         kind = stored[0]
         if kind == RAW:
             return stored
-        decompress = self._decompress.get(kind)
+        decompress = self._decompress[kind]
         if decompress is None:
             raise UnknownDictionary(kind)
         return decompress(memoryview(stored)[1:])
@@ -94,18 +94,21 @@ class BodyDecoder:
         if not joined:
             return b""
         view = memoryview(joined)
+        table = self._decompress
         parts: list[bytes | memoryview] = []
+        append = parts.append
         start = 0
-        for length in lengths.split(","):
-            end = start + int(length)
+        # The one loop a page runs per record (~1 us of Python besides the ~2 us of zstd).
+        for length in map(int, lengths.split(",")):
+            end = start + length
             kind = joined[start]
             if kind == RAW:
-                parts.append(view[start:end])
+                append(view[start:end])
             else:
-                decompress = self._decompress.get(kind)
+                decompress = table[kind]
                 if decompress is None:
                     raise UnknownDictionary(kind)
-                parts.append(decompress(view[start + 1 : end]))
+                append(decompress(view[start + 1 : end]))
             start = end
         return b",".join(parts)
 
