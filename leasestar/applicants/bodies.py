@@ -45,7 +45,13 @@ NO_DICTIONARY: Final = 0
 RAW: Final = ord("{")
 MAX_DICTIONARIES: Final = 100  # below RAW
 DICTIONARIES: Final = "SELECT number, dictionary FROM body_dictionaries"
-_PLAIN_ROWS: Final = "FROM applicants WHERE body >= x'00' AND body < x'01'"  # blobs sort after text
+# Bodies compressed without a dictionary; and those not compressed with one (the JSON
+# of a database from before is text, which sorts before every blob).
+_PLAIN_ROWS: Final = "FROM applicants WHERE body >= x'00' AND body < x'01'"
+_UNTRAINED_ROWS: Final = "FROM applicants WHERE body < x'01'"
+# A database from before holds its records as JSON: a sample of them trains its first
+# dictionary (at its first write), as many as a new database's first write would.
+_RAW_SAMPLE: Final = "SELECT CAST(body AS BLOB) FROM applicants WHERE body < x'' LIMIT ?"
 
 
 class UnknownDictionary(Exception):
@@ -146,11 +152,11 @@ class BodyEncoder:
         latest = connection.execute(
             "SELECT number, dictionary, ratio FROM body_dictionaries ORDER BY number DESC LIMIT 1"
         ).fetchone()
-        self._plain = 0  # bodies stored without a dictionary, while there is none
+        self._plain = 0  # bodies stored without one, while there is no dictionary
         self._untrainable = False  # zstd could not train on this write's records
         if latest is None:
             self._use(NO_DICTIONARY, None, 0.0)
-            (self._plain,) = connection.execute(f"SELECT count(*) {_PLAIN_ROWS}").fetchone()
+            (self._plain,) = connection.execute(f"SELECT count(*) {_UNTRAINED_ROWS}").fetchone()
         else:
             self._use(latest[0], bytes(latest[1]), latest[2])
         self._window: list[bytes | bytearray | memoryview] = []
@@ -178,14 +184,16 @@ class BodyEncoder:
         return stored
 
     def _train_first(self) -> None:
-        """The first dictionary, from every body stored without one; those compressed
-        again with it (fewer than TRAIN_AFTER plus one write's worth of rows)."""
+        """The first dictionary, from every body compressed without one (fewer than
+        TRAIN_AFTER plus one write's worth of rows), which are compressed again with it,
+        and from stored JSON (of a database from before), which stays as it is."""
         decode = BodyDecoder().decode
         rows = [
             (rowid, decode(stored))
             for rowid, stored in self._db.execute(f"SELECT rowid, body {_PLAIN_ROWS}")
         ]
-        if not self._add_dictionary([body for _, body in rows]):
+        raw = [row[0] for row in self._db.execute(_RAW_SAMPLE, (TRAIN_AFTER * 4,))]
+        if not self._add_dictionary([body for _, body in rows] + raw):
             self._untrainable = True
             return
         self._db.executemany(

@@ -297,11 +297,13 @@ async def test_a_database_from_before_is_served_as_it_stored_its_json(
         assert connection.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,)
         assert set(kinds(connection)) == {bodies.RAW}
         assert export_of(connection) == exported
-        # A record written again is compressed; the others stay as they were.
+        # A record written again is compressed, with a dictionary its first write
+        # trained on the stored JSON; the others stay as they were.
         first = json.loads(exported.splitlines()[0])
         first["first_name"] = "Renamed"
         import_ndjson(connection, ndjson([first]))
-        assert sorted(set(kinds(connection))) == [bodies.NO_DICTIONARY, bodies.RAW]
+        assert dictionaries(connection) == [1]
+        assert sorted(set(kinds(connection))) == [1, bodies.RAW]
     finally:
         connection.close()
     served = await served_bodies(db_path)
