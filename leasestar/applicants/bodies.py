@@ -8,9 +8,9 @@ record by id and the stream read just what they serve. Alone, 2 KB of JSON compr
 ~2.3x; with a zstd dictionary trained on the records (their keys, enums and common
 values) 6.5x, to ~310 bytes. Measured per 100-record page on the seeded bodies
 (benchmarks/RESULTS.md, "Stored bodies"): zstd with a trained dictionary decodes a
-record in ~1.7-2 us (~5 us on a loaded machine), LZ4 with a dictionary gives a smaller
-ratio at about the same cost here (python-lz4 copies its dictionary), raw deflate blocks
-(whose gzip answer is a concatenation) reach only 2.5x and cost more to inflate.
+record in ~1.7-2 us (~4 us on a loaded machine); LZ4 with a dictionary gives a smaller
+ratio (5.3x) at no less cost through python-lz4 (~5 us a record); raw deflate blocks,
+whose gzip answer is a concatenation, reach only 2.5x and cost more to inflate.
 
 A stored body is one byte, the number of the dictionary, and then a zstd frame:
 
