@@ -229,7 +229,7 @@ def other_kind(count: int) -> Iterator[dict[str, Any]]:
         }
 
 
-def test_records_of_another_kind_train_a_dictionary_of_their_own(
+async def test_records_of_another_kind_train_a_dictionary_of_their_own(
     trained_template: Path, db_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     shutil.copyfile(trained_template, db_path)
@@ -251,6 +251,8 @@ def test_records_of_another_kind_train_a_dictionary_of_their_own(
         assert all(line == canonical(line) for line in exported)
     finally:
         connection.close()
+    # Pages whose records name either dictionary, served by a reader that loads them.
+    check_served(await served_bodies(db_path))
 
 
 def test_a_reader_learns_a_dictionary_written_after_it_started(
