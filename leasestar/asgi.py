@@ -54,9 +54,9 @@ class PreEncodedJSON(Response[Any]):
         self._raw_headers = headers
 
     def to_asgi_response(self, *args: Any, **kwargs: Any) -> Any:
-        return self._send
+        return self
 
-    async def _send(self, scope: Any, receive: Any, send: Any) -> None:
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         await send(
             {"type": "http.response.start", "status": self._status, "headers": self._raw_headers}
         )

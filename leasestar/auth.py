@@ -16,6 +16,7 @@ import json
 import re
 import secrets
 import sqlite3
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -193,24 +194,31 @@ class TokenRegistry:
         return self._active.get(public_id)
 
 
+def authenticate(
+    headers: Iterable[tuple[bytes, bytes]], registry: TokenRegistry
+) -> AuthenticationResult:
+    """The holder of the request's bearer token, or `NotAuthorizedException`: the one check
+    of a token, for `BearerTokenMiddleware` and the direct route of get by id alike."""
+    # The raw header list, not Litestar's Headers: building that object for one lookup
+    # cost more than the rest of this check.
+    token = bearer_token(header_value(headers, b"authorization"))
+    public_id = token_id(token) if token is not None else None
+    if token is None or public_id is None:
+        raise NotAuthorizedException()
+    active = registry.find(public_id)
+    # The whole token's hash is computed and compared in constant time whether or not
+    # the public id is known (an unknown one against a hash no token has), so the
+    # answer's timing does not tell which public ids exist.
+    stored = active.token_hash if active is not None else _NO_TOKEN_HASH
+    if not hmac.compare_digest(stored, hash_token(token)) or active is None:
+        raise NotAuthorizedException()
+    return AuthenticationResult(user=active.holder, auth=public_id)
+
+
 class BearerTokenMiddleware(AbstractAuthenticationMiddleware):
     """Resolves the bearer token to a `TokenHolder`, or answers 401."""
 
     async def authenticate_request(
         self, connection: ASGIConnection[Any, Any, Any, Any]
     ) -> AuthenticationResult:
-        # The raw header list, not `connection.headers`: building Litestar's Headers
-        # object for one lookup cost more than the rest of this check.
-        token = bearer_token(header_value(connection.scope["headers"], b"authorization"))
-        public_id = token_id(token) if token is not None else None
-        if token is None or public_id is None:
-            raise NotAuthorizedException()
-        registry: TokenRegistry = connection.app.state.tokens
-        active = registry.find(public_id)
-        # The whole token's hash is computed and compared in constant time whether or not
-        # the public id is known (an unknown one against a hash no token has), so the
-        # answer's timing does not tell which public ids exist.
-        stored = active.token_hash if active is not None else _NO_TOKEN_HASH
-        if not hmac.compare_digest(stored, hash_token(token)) or active is None:
-            raise NotAuthorizedException()
-        return AuthenticationResult(user=active.holder, auth=public_id)
+        return authenticate(connection.scope["headers"], connection.app.state.tokens)

@@ -17,6 +17,7 @@ from leasestar import __version__
 from leasestar.applicants.changes import ChangeWatcher
 from leasestar.applicants.controller import ApplicantController
 from leasestar.applicants.cursors import CursorCodec
+from leasestar.applicants.direct_route import DirectRecordRoute
 from leasestar.applicants.storage import ApplicantReader
 from leasestar.auth import BearerTokenMiddleware, TokenHolder, TokenRegistry
 from leasestar.compression import CompressionMiddleware
@@ -40,8 +41,13 @@ def _token_identity(request: Request[Any, Any, Any]) -> str:
     return user.name if isinstance(user, TokenHolder) else "anonymous"
 
 
-def create_app(settings: Settings | None = None) -> Litestar:
-    """Build the Litestar app for a database; the schema is applied on start."""
+def create_app(settings: Settings | None = None, *, direct_route: bool = True) -> Litestar:
+    """Build the Litestar app for a database; the schema is applied on start.
+
+    `direct_route=False` leaves get by id to Litestar's router as well (the direct route
+    answers it in front of the router otherwise: `applicants/direct_route.py`); for the
+    tests and benchmarks that compare the two.
+    """
     settings = settings or Settings.from_env()
     metrics = Metrics()
     access_log = AccessLog(settings.log_format)
@@ -88,6 +94,7 @@ def create_app(settings: Settings | None = None) -> Litestar:
 
     middleware: list[Any] = [DefineMiddleware(BearerTokenMiddleware, exclude=UNAUTHENTICATED_PATHS)]
     api: Any = ApplicantController
+    middleware_of_api: DefineMiddleware | None = None
     if settings.rate_limit is not None and limits is not None:
         # After authentication, so the limit is keyed on the token; counted in a file
         # every worker shares (leasestar/rate_limit.py). Mounted on the API's routes
@@ -133,10 +140,13 @@ def create_app(settings: Settings | None = None) -> Litestar:
             ),
         ),
     )
-    # Route middleware only sees matched routes; these two must see every request
+    # Route middleware only sees matched routes; these must see every request
     # (unknown paths, oversized ones), so they wrap the app's ASGI handler, as
-    # Litestar itself does for CORS.
+    # Litestar itself does for CORS. Get by id is answered inside them, in front of
+    # Litestar's router, by the same rules as its route (applicants/direct_route.py).
     handler = cast("ASGIApp", SchemaNotFound(app.asgi_handler, (r.path for r in app.routes)))
+    if direct_route:
+        handler = cast("ASGIApp", DirectRecordRoute(handler, app, middleware_of_api))
     if settings.compression:
         handler = cast("ASGIApp", CompressionMiddleware(handler))
     app.asgi_handler = cast(

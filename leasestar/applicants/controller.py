@@ -181,18 +181,17 @@ def _scope(request: Request[TokenHolder, Any, State]) -> frozenset[str] | None:
     return request.user.integrations
 
 
-def _etag(request: Request[TokenHolder, Any, State], version: int) -> str:
+def _etag(scope: Mapping[str, Any], integrations: frozenset[str] | None, version: int) -> str:
     """A validator for this answer: the version of what the token sees, the request, and
     the token's scope.
 
     Any write the token could see moves the version, so an unchanged ETag means unchanged
     bytes; a scoped token's version moves only with its own integrations' data.
     """
-    scope = request.user.integrations
     digest = hashlib.blake2b(digest_size=8)
-    digest.update(request.scope["path"].encode())
-    digest.update(b"?" + request.scope["query_string"])
-    digest.update(scope_label(scope))
+    digest.update(scope["path"].encode())
+    digest.update(b"?" + scope["query_string"])
+    digest.update(scope_label(integrations))
     return f'W/"{version:x}-{digest.hexdigest()}"'
 
 
@@ -202,32 +201,75 @@ def _json(envelope: type[EnvelopeT], body: bytes, etag: str) -> Response[Envelop
     return cast("Response[EnvelopeT]", PreEncodedJSON(body, etag=etag))
 
 
-async def _scope_version(request: Request[TokenHolder, Any, State]) -> int | None:
+async def _scope_version(
+    reader: ApplicantReader, integrations: frozenset[str] | None
+) -> int | None:
     """A scoped token's version (None for an unscoped token, whose ETag takes the data
     version its page was read at, without a statement more).
 
     Read before the answer: under a write landing in between, the ETag is older than the
     bytes (the next revalidation gets them again), never newer (a stale 304).
     """
-    scope = _scope(request)
-    if scope is None:
+    if integrations is None:
         return None
-    reader: ApplicantReader = request.app.state.reader
-    return await reader.scope_version(scope)
+    return await reader.scope_version(integrations)
 
 
 async def _not_modified(
-    request: Request[TokenHolder, Any, State], envelope: type[EnvelopeT], version: int | None
-) -> Response[EnvelopeT] | None:
+    reader: ApplicantReader,
+    scope: Mapping[str, Any],
+    integrations: frozenset[str] | None,
+    version: int | None,
+) -> PreEncodedJSON | None:
     """304 when If-None-Match names the current ETag: no page is read at all."""
-    wanted = header_value(request.scope["headers"], b"if-none-match")
+    wanted = header_value(scope["headers"], b"if-none-match")
     if not wanted:
         return None
-    reader: ApplicantReader = request.app.state.reader
-    etag = _etag(request, version if version is not None else await reader.data_version())
+    etag = _etag(
+        scope, integrations, version if version is not None else await reader.data_version()
+    )
     if wanted.strip() == "*" or etag in (tag.strip() for tag in wanted.split(",")):
-        return cast("Response[EnvelopeT]", PreEncodedJSON(b"", status_code=304, etag=etag))
+        return PreEncodedJSON(b"", status_code=304, etag=etag)
     return None
+
+
+@lru_cache(maxsize=4096)
+def _record_query(raw: bytes) -> ApplicantQuery:
+    """The validated query of a record's raw query string, parsed once for each (the
+    same few recur; a refusal is raised, never cached)."""
+    return parse_record_query(_query_pairs(raw))
+
+
+@lru_cache(maxsize=4096)
+def _record_meta(query: ApplicantQuery) -> bytes:
+    return _meta(query, has_more=False, total=1)
+
+
+async def record_answer(
+    reader: ApplicantReader, scope: Mapping[str, Any], holder: TokenHolder, applicant_id: str
+) -> PreEncodedJSON:
+    """The answer to `GET /v1/applicants/{id}` from the ASGI scope: what the route's
+    handler serves, and its direct route in front of Litestar (`direct_route.py`) too.
+
+    Raises `InvalidParameter` for a refused query string, `NotFoundException` for an id
+    unknown, outside the token's integrations or outside the date bounds.
+    """
+    query = _record_query(scope["query_string"])
+    integrations = holder.integrations
+    star = (header_value(scope["headers"], b"if-none-match") or "").strip() == "*"
+    # `If-None-Match: *` matches only a record that exists (RFC 9110, 13.1.2): an
+    # unknown id, or one outside the token's scope or the date bounds, stays a 404.
+    exists = not star or (await reader.fetch_one(applicant_id, query, integrations))[0] is not None
+    scoped = await _scope_version(reader, integrations)
+    not_modified = await _not_modified(reader, scope, integrations, scoped) if exists else None
+    if not_modified is not None:
+        return not_modified
+    record, version = await reader.fetch_one(applicant_id, query, integrations)
+    version = version if scoped is None else scoped
+    if record is None:
+        raise NotFoundException()
+    body = b"".join((b'{"meta":', _record_meta(query), b',"results":', record, b"}"))
+    return PreEncodedJSON(body, etag=_etag(scope, integrations, version))
 
 
 def _stream(request: Request[TokenHolder, Any, State], codec: CursorCodec) -> Response[Any]:
@@ -287,11 +329,13 @@ class ApplicantController(Controller):
             return _stream(request, codec)
         query = _list_query(raw, codec)
         wait = parse_wait(dict(_query_pairs(raw)).get("wait"), sync=query.changed_since is not None)
-        scoped = await _scope_version(request)
-        not_modified = None if wait else await _not_modified(request, ApplicantList, scoped)
-        if not_modified is not None:
-            return not_modified
         reader: ApplicantReader = request.app.state.reader
+        scoped = await _scope_version(reader, _scope(request))
+        not_modified = (
+            None if wait else await _not_modified(reader, request.scope, _scope(request), scoped)
+        )
+        if not_modified is not None:
+            return cast("Response[ApplicantList]", not_modified)
         page = await reader.fetch_page(query, _scope(request))
         if wait and not page.returned:
             page = await _wait_for_changes(request, query, page, wait)
@@ -305,7 +349,7 @@ class ApplicantController(Controller):
             )
         )
         version = page.data_version if scoped is None else scoped
-        return _json(ApplicantList, body, _etag(request, version))
+        return _json(ApplicantList, body, _etag(request.scope, _scope(request), version))
 
     @get(
         "/{id:str}",
@@ -322,27 +366,5 @@ class ApplicantController(Controller):
         id: Annotated[str, PathParameter(description="The service's id of the applicant.")],
     ) -> Response[ApplicantSingle]:
         """One applicant; 404 when unknown, outside the token's scope or the date bounds."""
-        query = parse_record_query(_query_pairs(request.scope["query_string"]))
-        reader: ApplicantReader = request.app.state.reader
-        star = (header_value(request.scope["headers"], b"if-none-match") or "").strip() == "*"
-        # `If-None-Match: *` matches only a record that exists (RFC 9110, 13.1.2): an
-        # unknown id, or one outside the token's scope or the date bounds, stays a 404.
-        exists = not star or (await reader.fetch_one(id, query, _scope(request)))[0] is not None
-        scoped = await _scope_version(request)
-        not_modified = await _not_modified(request, ApplicantSingle, scoped) if exists else None
-        if not_modified is not None:
-            return not_modified
-        record, version = await reader.fetch_one(id, query, _scope(request))
-        version = version if scoped is None else scoped
-        if record is None:
-            raise NotFoundException()
-        body = b"".join(
-            (
-                b'{"meta":',
-                _meta(query, has_more=False, total=1),
-                b',"results":',
-                record,
-                b"}",
-            )
-        )
-        return _json(ApplicantSingle, body, _etag(request, version))
+        answer = await record_answer(request.app.state.reader, request.scope, request.user, id)
+        return cast("Response[ApplicantSingle]", answer)
