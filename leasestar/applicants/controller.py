@@ -220,9 +220,9 @@ async def _not_modified(
     scope: Mapping[str, Any],
     integrations: frozenset[str] | None,
     version: int | None,
+    wanted: str | None,
 ) -> PreEncodedJSON | None:
-    """304 when If-None-Match names the current ETag: no page is read at all."""
-    wanted = header_value(scope["headers"], b"if-none-match")
+    """304 when If-None-Match (`wanted`) names the current ETag: no page is read at all."""
     if not wanted:
         return None
     etag = _etag(
@@ -256,12 +256,15 @@ async def record_answer(
     """
     query = _record_query(scope["query_string"])
     integrations = holder.integrations
-    star = (header_value(scope["headers"], b"if-none-match") or "").strip() == "*"
+    wanted = header_value(scope["headers"], b"if-none-match")
+    star = (wanted or "").strip() == "*"
     # `If-None-Match: *` matches only a record that exists (RFC 9110, 13.1.2): an
     # unknown id, or one outside the token's scope or the date bounds, stays a 404.
     exists = not star or (await reader.fetch_one(applicant_id, query, integrations))[0] is not None
     scoped = await _scope_version(reader, integrations)
-    not_modified = await _not_modified(reader, scope, integrations, scoped) if exists else None
+    not_modified = (
+        await _not_modified(reader, scope, integrations, scoped, wanted) if exists else None
+    )
     if not_modified is not None:
         return not_modified
     record, version = await reader.fetch_one(applicant_id, query, integrations)
@@ -331,9 +334,9 @@ class ApplicantController(Controller):
         wait = parse_wait(dict(_query_pairs(raw)).get("wait"), sync=query.changed_since is not None)
         reader: ApplicantReader = request.app.state.reader
         scoped = await _scope_version(reader, _scope(request))
-        not_modified = (
-            None if wait else await _not_modified(reader, request.scope, _scope(request), scoped)
-        )
+        # A long poll is never answered 304: it waits for the records instead.
+        wanted = None if wait else header_value(request.scope["headers"], b"if-none-match")
+        not_modified = await _not_modified(reader, request.scope, _scope(request), scoped, wanted)
         if not_modified is not None:
             return cast("Response[ApplicantList]", not_modified)
         page = await reader.fetch_page(query, _scope(request))
