@@ -228,7 +228,8 @@ def loggable_query(query: str) -> str:
     """The query string as logged: each parameter as sent, but with the value of a
     personal filter or a cursor, or one holding a token, replaced by `REDACTED`. Names and values
     are judged percent-decoded, so `email%5F1=` or an encoded token is caught too."""
-    if not any(hint in query for hint in _REDACTION_HINTS):
+    # Most requests have no query string (a get by id): spared the generator's 0.6 us.
+    if not query or not any(hint in query for hint in _REDACTION_HINTS):
         return query
     parts = query.split("&")
     for index, part in enumerate(parts):
