@@ -28,7 +28,14 @@ import provenance
 ROWS = 100_000
 # Far beyond any run: every request is counted, none refused.
 NO_REFUSAL = "999999999/day"
-SERVERS = {"rate limit off": "off", "shared rate limit": NO_REFUSAL}
+# Each server's settings over the defaults: the limit off (which turns the per-token cap
+# off too), the shared rate limit alone, and with the default per-token cap (issue 17),
+# which a single token's 16 connections meet: its requests queue for their turns.
+SERVERS: dict[str, dict[str, str]] = {
+    "rate limit off": {"LEASESTAR_RATE_LIMIT": "off"},
+    "shared rate limit": {"LEASESTAR_RATE_LIMIT": NO_REFUSAL, "LEASESTAR_TOKEN_CONCURRENCY": "off"},
+    "with the per-token cap": {"LEASESTAR_RATE_LIMIT": NO_REFUSAL},
+}
 
 
 def cpu_seconds(pid: int) -> float:
@@ -68,67 +75,65 @@ def measure(seconds: int, slices: int, pairs: int) -> str:
         ("list default", "/v1/applicants", None),
         ("get by random id", f"/v1/applicants/{ids[0]}", ids_file),
     )
-    # case -> one (off, shared) pair of measurements per pair of servers
-    runs: dict[str, list[tuple[Served, Served]]] = {case: [] for case, _, _ in cases}
+    # case -> one measurement per server (SERVERS' order) for each set of servers
+    runs: dict[str, list[list[Served]]] = {case: [] for case, _, _ in cases}
     for pair in range(pairs):
-        # Fresh processes for each pair: two servers started alike differ by up to 20 %
-        # in req/s for as long as they live (measured: both with the limit off), more
-        # than the cost measured; over several pairs that difference averages out.
+        # Fresh processes for each set: two servers started alike differ by up to 20 % in
+        # req/s for as long as they live (measured: both with the limit off), more than
+        # the cost measured; over several sets that difference averages out.
         with contextlib.ExitStack() as stack:
             servers = {
                 name: stack.enter_context(
                     harness.leasestar_server(
-                        f"rate-limit-{pair}-{n}",
-                        db,
-                        {"LEASESTAR_RATE_LIMIT": limit, "LEASESTAR_LOG_FORMAT": "off"},
+                        f"rate-limit-{pair}-{n}", db, {**env, "LEASESTAR_LOG_FORMAT": "off"}
                     )
                 )
-                for n, (name, limit) in enumerate(SERVERS.items())
+                for n, (name, env) in enumerate(SERVERS.items())
             }
             for case, path, ids_for in cases:
-                off, shared = (
+                measured = [
                     Served(
                         harness.WrkTarget(name, s.base + path, token=token, ids_file=ids_for),
                         s.pid,
                     )
                     for name, s in servers.items()
-                )
-                for served in (off, shared):
+                ]
+                for served in measured:
                     served.target.run(1, keep=False)  # warm-up
-                for _ in range(slices):
-                    for served in (off, shared) if pair % 2 == 0 else (shared, off):
+                for slice_number in range(slices):
+                    turn = (pair + slice_number) % len(measured)
+                    for served in measured[turn:] + measured[:turn]:
                         served.run(seconds)
-                runs[case].append((off, shared))
+                runs[case].append(measured)
                 harness.say(
-                    f"pair {pair + 1}/{pairs}, {case}: off {off.target.measured().rps:,.0f} "
-                    f"req/s, shared {shared.target.measured().rps:,.0f}"
+                    f"set {pair + 1}/{pairs}, {case}: "
+                    + ", ".join(f"{m.target.name} {m.target.measured().rps:,.0f}" for m in measured)
                 )
     rows: list[str] = []
-    for case, measured in runs.items():
-        costs = [
-            1 - shared.target.measured().rps / off.target.measured().rps for off, shared in measured
-        ]
-        cpu_costs = [
-            shared.cpu_us_per_request() / off.cpu_us_per_request() - 1 for off, shared in measured
-        ]
-        off_rps, shared_rps = (
-            statistics.fmean(pair[side].target.measured().rps for pair in measured)
-            for side in (0, 1)
-        )
-        off_cpu, shared_cpu = (
-            statistics.fmean(pair[side].cpu_us_per_request() for pair in measured)
-            for side in (0, 1)
-        )
-        cost, cpu_cost = statistics.fmean(costs), statistics.fmean(cpu_costs)
-        rows.append(
-            f"| {case} | {off_rps:,.0f} | {shared_rps:,.0f} | {cost:+.1%} "
-            f"({min(costs):+.1%} to {max(costs):+.1%}) | {off_cpu:.0f} | {shared_cpu:.0f} | "
-            f"{cpu_cost:+.1%} ({min(cpu_costs):+.1%} to {max(cpu_costs):+.1%}) |"
-        )
-        harness.say(
-            f"{case}: off {off_rps:,.0f} req/s {off_cpu:.0f} us CPU, shared {shared_rps:,.0f} "
-            f"({cost:+.1%}) {shared_cpu:.0f} us ({cpu_cost:+.1%})"
-        )
+    for case, sets in runs.items():
+        off_rps = statistics.fmean(one[0].target.measured().rps for one in sets)
+        off_cpu = statistics.fmean(one[0].cpu_us_per_request() for one in sets)
+        cells = [f"{off_rps:,.0f}", f"{off_cpu:.0f}"]
+        for number, name in enumerate(list(SERVERS)[1:], 1):
+            costs = [
+                1 - one[number].target.measured().rps / one[0].target.measured().rps for one in sets
+            ]
+            cpu_costs = [
+                one[number].cpu_us_per_request() / one[0].cpu_us_per_request() - 1 for one in sets
+            ]
+            rps = statistics.fmean(one[number].target.measured().rps for one in sets)
+            cpu = statistics.fmean(one[number].cpu_us_per_request() for one in sets)
+            cost, cpu_cost = statistics.fmean(costs), statistics.fmean(cpu_costs)
+            cells += [
+                f"{rps:,.0f}",
+                f"{cost:+.1%} ({min(costs):+.1%} to {max(costs):+.1%})",
+                f"{cpu:.0f} ({cpu_cost:+.1%})",
+            ]
+            harness.say(
+                f"{case}, {name}: {rps:,.0f} req/s ({cost:+.1%}), {cpu:.0f} us CPU "
+                f"({cpu_cost:+.1%}) against {off_rps:,.0f} req/s, {off_cpu:.0f} us off"
+            )
+        rows.append(f"| {case} | " + " | ".join(cells) + " |")
     busy = os.getloadavg()[0] > (os.cpu_count() or 1)
     caveat = (
         "**Provisional**: the machine was busy with other work (load average above its "
@@ -144,11 +149,14 @@ def measure(seconds: int, slices: int, pairs: int) -> str:
             f"Run {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} on commit "
             f"`{provenance.git_commit()}` with `make bench` (`benchmarks/rate_limit_cost.py`): "
             f"{ROWS:,} applicants, `leasestar serve` (one worker, access log off) with "
-            f"`LEASESTAR_RATE_LIMIT=off` and with `{NO_REFUSAL}` (every request counted in "
-            f"`<db>-ratelimit`, none refused), wrk `-c{harness.CONNECTIONS}`; {pairs} pairs "
-            f"of freshly started servers, each pair measured in {slices} interleaved slices of "
-            f"{seconds} s per server and case; the cost is the mean of the pairs' costs (their "
-            "range in brackets), req/s and CPU the means of the pairs'; measuring took "
+            f"`LEASESTAR_RATE_LIMIT=off`, with `{NO_REFUSAL}` (every request counted in "
+            "`<db>-ratelimit`, none refused) and `LEASESTAR_TOKEN_CONCURRENCY=off` (the "
+            "rate limit alone), and with the same limit and the default per-token cap (2 "
+            "requests of a token at once, issue 17: wrk's 16 connections are one token, so "
+            f"its requests queue for their turns); wrk `-c{harness.CONNECTIONS}`; {pairs} "
+            f"sets of freshly started servers, each measured in {slices} interleaved slices "
+            f"of {seconds} s per server and case; a cost is the mean of the sets' costs (their "
+            "range in brackets), req/s and CPU the means of the sets'; measuring took "
             f"{(time.monotonic() - started) / 60:.1f} min. Machine: "
             f"{provenance.describe_machine()}; load average {load} before, "
             f"{provenance.loadavg()} after. Goal: a cost under 5 % of req/s. CPU us/req: the "
@@ -156,9 +164,9 @@ def measure(seconds: int, slices: int, pairs: int) -> str:
             "servers started alike (both with the limit off) differ by up to 20 % for as "
             "long as they live, which is why one pair cannot measure a 5 % cost.",
             "",
-            "| case | off req/s | shared req/s | cost | off CPU us/req | shared CPU us/req "
-            "| CPU cost |",
-            "|---|---:|---:|---:|---:|---:|---:|",
+            "| case | off req/s | off CPU us/req | rate limit req/s | its cost | its CPU "
+            "us/req | with the cap req/s | its cost | its CPU us/req |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
             *rows,
             *(["", caveat] if caveat else []),
             "<!-- END rate-limit -->",
@@ -170,7 +178,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=int, default=3, help="seconds per slice (default 3)")
     parser.add_argument("--slices", type=int, default=3, help="slices per server (default 3)")
-    parser.add_argument("--pairs", type=int, default=6, help="pairs of fresh servers (default 6)")
+    parser.add_argument("--pairs", type=int, default=4, help="sets of fresh servers (default 4)")
     parser.add_argument("--no-write", action="store_true", help="print, leave RESULTS.md as is")
     args = parser.parse_args()
     harness.ensure_wrk()
