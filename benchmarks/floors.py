@@ -135,7 +135,7 @@ class InProcessFloor:
     ) -> dict[str, Callable[[], bytes]]:
         conn = self._conn
         bodies = self._bodies
-        blob_rows = template.format(column="CAST(body AS BLOB)")
+        blob_rows = template.format(column="CAST(body AS BLOB) AS body")
         concat = (
             "SELECT CAST(coalesce(group_concat(body, ''), '') AS BLOB), "
             f"coalesce(group_concat(length(CAST(body AS BLOB))), '') FROM ({blob_rows})"

@@ -54,13 +54,14 @@ def order_columns(order_by: tuple[SortKey, ...]) -> list[str]:
 
 
 @lru_cache(maxsize=4096)  # pure; the same few query shapes recur on every request
-def build_order_by(order_by: tuple[SortKey, ...], *, sort: bool = False) -> str:
+def build_order_by(order_by: tuple[SortKey, ...], *, sort: bool = False, skip: int = 0) -> str:
     """ORDER BY clause from whitelisted columns; SQLite's null placement is the contract's.
 
     `sort`: written `+column`, an expression no index provides, so SQLite sorts the rows
     it finds rather than walking the ordering's index to find them in order.
+    `skip`: leave out the total order's first keys (each one value on every row read).
     """
-    keys = total_order(order_by)
+    keys = total_order(order_by)[skip:]
     prefix = "+" if sort else ""
     return "ORDER BY " + ", ".join(
         f"{prefix}{_ORDER_COLUMNS[key.field]} {key.direction.upper()}" for key in keys

@@ -58,6 +58,9 @@ DEEP_OFFSET: Final = 10 * CHECKPOINT_EVERY
 FILTER_ORDER_INDEXES: Final = frozenset(
     {("property_id", "created_at"), ("integration_id", "created_at")}
 )
+# Orders of several keys one index of schema.sql serves, walked in either direction when
+# every key goes the same way (the id last).
+ORDER_INDEXES: Final = FILTER_ORDER_INDEXES | {("last_name", "first_name")}
 # Lead order key -> the columns its index in schema.sql carries besides it: a walk of that
 # index tests filters on them without reading the row (the default order's carries the
 # two filterable instants).
@@ -230,6 +233,7 @@ def build_page_select(
     """
     keys = total_order(query.order_by)
     ranges: tuple[SqlFragment, ...]
+    pinned = 0
     if rowids is not None:
         # Nothing else to find them by: every filter tested on the rows read, the order's
         # index not walked.
@@ -247,8 +251,14 @@ def build_page_select(
         # it): unless one index leads with the first two keys, only the last range's
         # column is left for SQLite to seek; the others are tested.
         hinted = leading
-        if len(leading) > 1 and tuple(leading[:2]) not in FILTER_ORDER_INDEXES:
+        if len(leading) > 1 and tuple(leading[:2]) not in ORDER_INDEXES:
             hinted = [f"+{column}" for column in leading[:-1]] + leading[-1:]
+        # Keys each range holds to one value are the same on every row the page reads:
+        # ordered by the keys after them, the last range's own index gives the order
+        # (`zip IS NULL ORDER BY id` walks (zip, id)) instead of a sort of the range.
+        pinned = 0
+        while pinned < len(seek) and seek[pinned][1] == seek[pinned][2]:
+            pinned += 1
         clauses, values = [], []
         for column, (_, low, high) in zip(hinted, seek, strict=True):
             if low is not None:
@@ -263,7 +273,7 @@ def build_page_select(
     else:
         ranges = ()
     unkeyed = msgspec.structs.replace(query, after=None)
-    order_by = build_order_by(query.order_by, sort=sort_matches)
+    order_by = build_order_by(query.order_by, sort=sort_matches, skip=pinned if seek else 0)
     if len(ranges) <= 1:
         where = build_where(
             unkeyed,

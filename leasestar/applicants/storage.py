@@ -431,10 +431,13 @@ class ApplicantReader:
 
 
 def _sorts_without_index(query: ApplicantQuery) -> bool:
-    """An order of several keys led by a column of the columnar copy: no index of
-    schema.sql serves it, so SQLite sorts every match unless told where the page lies."""
+    """An order of several keys led by a column of the columnar copy that no index of
+    schema.sql serves: SQLite sorts every match unless told where the page lies."""
     keys = total_order(query.order_by)
-    return len(keys) > 2 and keys[0].field in match_counter.COLUMNS
+    if len(keys) <= 2 or keys[0].field not in match_counter.COLUMNS:
+        return False
+    served = tuple(key.field for key in keys[:-1]) in plan.ORDER_INDEXES
+    return not (served and len({key.direction for key in keys}) == 1)
 
 
 def _served(page_plan: ListPlan, rows: _PageRows, results_json: bytes, total: int) -> ApplicantPage:

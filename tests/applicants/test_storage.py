@@ -251,6 +251,8 @@ SEEKING = (
         {"last_seen_gte": "2025-01-01"},
         "property_id, created_at DESC, id DESC",
     ),
+    # Served by one index (last_name, first_name, id) when both keys go the same way.
+    ("last_name:asc,first_name:asc", {"updated_at_lte": "2024-06-01"}, "last_name, first_name, id"),
     # Nullable keys: the first page of an asc order lies in their NULLs.
     ("state:asc,city:asc,zip:asc", {}, "state, city, zip, id"),
     (
@@ -370,3 +372,22 @@ async def test_matches_are_collected_through_the_filter_that_keeps_fewest_rows(
     plan = "\n".join(row[3] for row in db.execute(f"EXPLAIN QUERY PLAN {page}"))
     assert "USING INDEX applicants_by_updated_at" in plan, f"{page}\n{plan}"
     assert "+integration_id IN" in page
+
+
+async def test_keys_a_seek_holds_to_one_value_leave_the_page_statements_order(
+    traced_client: tuple[Client, Traced], seeded_db: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A page whose matches share one value of each key the seek holds (here one match,
+    so state, city and zip are each one value) is ordered by the id alone, which the last
+    key's index, (zip, id), gives in order (found at 1,000,000 rows: ordered by all four
+    keys, SQLite sorted the 100,000 rows where zip is NULL, ~180 ms a page)."""
+    monkeypatch.setattr(match_counter, "_CANDIDATES_MOST", -1)  # read through the ranges
+    client, traced = traced_client
+    expected = first_value(seeded_db, "SELECT id FROM applicants ORDER BY state, city, zip, id")
+    await copy_read(client)
+    traced.statements.clear()
+    response = await client.get("/v1/applicants", params={"order-by": "state,city,zip", "limit": 1})
+    assert response.status_code == 200, response.text
+    assert [record["id"] for record in response.json()["results"]] == [expected]
+    (page,) = [sql for sql in traced.statements if "LIMIT" in sql and "ORDER BY" in sql]
+    assert "ORDER BY id ASC LIMIT" in page, page
