@@ -371,7 +371,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.rows:
         if not args.quick:
             parser.error("--rows goes with --quick")
-        settings = replace(settings, sizes=(args.rows,))
+        settings = replace(settings, sizes=(args.rows,), offsets={args.rows: (0.1, 0.5)})
         command = f"python benchmarks/run.py --quick --rows {args.rows}"
     if args.out:
         below = Outputs.below(args.out.resolve())
