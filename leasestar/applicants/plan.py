@@ -257,7 +257,9 @@ def build_page_select(
         # ordered by the keys after them, the last range's own index gives the order
         # (`zip IS NULL ORDER BY id` walks (zip, id)) instead of a sort of the range.
         pinned = 0
-        while pinned < len(seek) and seek[pinned][1] == seek[pinned][2]:
+        # (A key that is unique, as the sync feed's change_seq, ends the total order: it
+        # stays, or there would be no ORDER BY at all.)
+        while pinned < min(len(seek), len(keys) - 1) and seek[pinned][1] == seek[pinned][2]:
             pinned += 1
         clauses, values = [], []
         for column, (_, low, high) in zip(hinted, seek, strict=True):

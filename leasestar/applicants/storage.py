@@ -270,8 +270,15 @@ class ApplicantReader:
             self._remember_total(
                 page_plan.matches, cast("int", self._counter.version), found.matches
             )
-            if found.candidates is not None and page_plan.reads_by_rowid(
-                len(found.candidates), found.matches, everything, found.stepped
+            # A walk of several ranges that no one index serves tests the keys before
+            # the last on every row of it, for a length not estimated: few matches
+            # within them are read by rowid.
+            several = tuple(column for column, _, _ in found.ranges[:2])
+            if found.candidates is not None and (
+                (len(several) > 1 and several not in plan.ORDER_INDEXES)
+                or page_plan.reads_by_rowid(
+                    len(found.candidates), found.matches, everything, found.stepped
+                )
             ):
                 # Few enough to read by rowid and sort, whatever index could find them.
                 rowids = "[" + ",".join(map(str, found.candidates.tolist())) + "]"
