@@ -263,7 +263,13 @@ def build_page_select(
             pinned += 1
         clauses, values = [], []
         for column, (_, low, high) in zip(hinted, seek, strict=True):
-            if low is not None:
+            if low is not None and low == high:
+                # An equality, not a range of one value: SQLite then knows the column's
+                # index, (column, id), gives the rest of the order (a BETWEEN left it to
+                # walk the id's index past every other value: 300-500 ms at 1,000,000).
+                clauses.append(f"{column} = ?")
+                values.append(low)
+            elif low is not None:
                 clauses.append(f"{column} BETWEEN ? AND ?")
                 values += [low, high]
             elif high is not None:  # NULL sorts first: the range starts with the NULLs
