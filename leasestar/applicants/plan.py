@@ -261,7 +261,8 @@ def build_page_select(
         # stays, or there would be no ORDER BY at all.)
         while pinned < min(len(seek), len(keys) - 1) and seek[pinned][1] == seek[pinned][2]:
             pinned += 1
-        clauses, values = [], []
+        clauses: list[str] = []
+        values: list[KeyValue] = []
         for column, (_, low, high) in zip(hinted, seek, strict=True):
             if low is not None and low == high:
                 # An equality, not a range of one value: SQLite then knows the column's
