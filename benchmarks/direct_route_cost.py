@@ -38,6 +38,7 @@ import databases
 import harness
 import provenance
 import uvloop
+from request_cost import scope_for
 
 from leasestar.config import RateLimit, Settings
 from leasestar.main import create_app
@@ -52,25 +53,7 @@ VARIANTS = ((False, False), (False, True), (True, False), (True, True))
 
 def scope(path: str, token: str) -> dict[str, Any]:
     """A get as uvicorn hands it to the app (wrk's headers)."""
-    return {
-        "type": "http",
-        "asgi": {"version": "3.0", "spec_version": "2.3"},
-        "http_version": "1.1",
-        "method": "GET",
-        "scheme": "http",
-        "path": path,
-        "raw_path": path.encode(),
-        "query_string": b"",
-        "root_path": "",
-        "headers": [
-            (b"host", b"127.0.0.1:8000"),
-            (b"user-agent", b"wrk"),
-            (b"authorization", f"Bearer {token}".encode()),
-        ],
-        "client": ("127.0.0.1", 40000),
-        "server": ("127.0.0.1", 8000),
-        "state": {},
-    }
+    return scope_for(path, "", token)
 
 
 @contextlib.contextmanager

@@ -29,6 +29,7 @@ from typing import Any
 import databases
 import harness
 import provenance
+from request_cost import scope_for
 
 from leasestar.config import RateLimit, Settings
 from leasestar.main import create_app
@@ -39,21 +40,8 @@ CASES = ("list default", "get by id")
 
 
 def scope(path: str, token: str) -> dict[str, Any]:
-    return {
-        "type": "http",
-        "asgi": {"version": "3.0", "spec_version": "2.3"},
-        "http_version": "1.1",
-        "method": "GET",
-        "scheme": "http",
-        "path": path,
-        "raw_path": path.encode(),
-        "query_string": b"",
-        "root_path": "",
-        "headers": [(b"host", b"bench"), (b"authorization", f"Bearer {token}".encode())],
-        "client": ("127.0.0.1", 40000),
-        "server": ("127.0.0.1", 8000),
-        "state": {},
-    }
+    """A get as uvicorn hands it to the app."""
+    return scope_for(path, "", token)
 
 
 async def drive(db: Path, limited: bool, case: str, count: int, token: str) -> None:
