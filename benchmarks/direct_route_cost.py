@@ -23,10 +23,8 @@ import argparse
 import contextlib
 import os
 import random
-import re
 import shutil
 import statistics
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -131,16 +129,10 @@ async def drive(db: Path, limited: bool, direct: bool, count: int, token: str) -
 
 def instructions(db: Path, limited: bool, direct: bool, count: int, token: str) -> int:
     """The instructions one run of `drive` executes, by callgrind."""
-    command = [
-        "valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable,
+    arguments = [
         __file__, "--drive", "on" if limited else "off", "on" if direct else "off", str(count),
     ]  # fmt: skip
-    env = {**os.environ, "PYTHONHASHSEED": "0", "BENCH_DB": str(db), "BENCH_TOKEN": token}
-    done = subprocess.run(command, capture_output=True, text=True, env=env, check=True)
-    found = re.search(r"Collected : (\d+)", done.stderr)
-    if found is None:
-        raise RuntimeError(f"callgrind printed no count:\n{done.stderr[-2000:]}")
-    return int(found[1])
+    return harness.callgrind_instructions(arguments, {"BENCH_DB": str(db), "BENCH_TOKEN": token})
 
 
 def count_instructions(db: Path, token: str) -> dict[tuple[bool, bool], float]:

@@ -17,9 +17,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import re
 import shutil
-import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -68,16 +66,8 @@ async def drive(db: Path, limited: bool, case: str, count: int, token: str) -> N
 
 def instructions(db: Path, limited: bool, case: str, count: int, token: str) -> int:
     """The instructions one run of `drive` executes, by callgrind."""
-    command = [
-        "valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null",
-        sys.executable, __file__, "--drive", "on" if limited else "off", case, str(count),
-    ]  # fmt: skip
-    env = {**os.environ, "PYTHONHASHSEED": "0", "BENCH_DB": str(db), "BENCH_TOKEN": token}
-    done = subprocess.run(command, capture_output=True, text=True, env=env, check=True)
-    found = re.search(r"Collected : (\d+)", done.stderr)
-    if found is None:
-        raise RuntimeError(f"callgrind printed no count:\n{done.stderr[-2000:]}")
-    return int(found[1])
+    arguments = [__file__, "--drive", "on" if limited else "off", case, str(count)]
+    return harness.callgrind_instructions(arguments, {"BENCH_DB": str(db), "BENCH_TOKEN": token})
 
 
 def main() -> int:
