@@ -24,6 +24,12 @@ which rewrites every response's start anyway, appends them: each layer that wrap
 `send` to add its own headers cost a coroutine call per message."""
 
 
+def add_response_headers(scope: Any, headers: Iterable[tuple[bytes, bytes]]) -> None:
+    """Have the response to this request carry `headers`, whatever answers it: appended
+    after the answer's own headers, in the order layers add them (`RESPONSE_HEADERS`)."""
+    scope.setdefault(RESPONSE_HEADERS, []).extend(headers)
+
+
 def header_value(headers: Iterable[tuple[bytes, bytes]], name: bytes) -> str | None:
     """The first value of the (lower-case) header `name`; None when absent or not ASCII."""
     for key, value in headers:

@@ -31,8 +31,10 @@ from leasestar.database import read_uri
 from leasestar.instants import format_instant, now_micros
 
 TOKEN_PREFIX: Final = "lst_"  # noqa: S105 - a prefix that makes leaked tokens greppable, not a secret
-_BEARER = re.compile(r"[Bb][Ee][Aa][Rr][Ee][Rr] +([A-Za-z0-9._~+/=-]+) *")
-_TOKEN = re.compile(r"lst_([0-9a-f]{12})_[A-Za-z0-9_-]{43}")
+# An `Authorization` header holding one of our tokens: `Bearer` (any case), the token,
+# and its public id. Any other header, a malformed bearer or someone else's token, is
+# refused alike, so one pattern decides.
+_BEARER_TOKEN = re.compile(r"[Bb][Ee][Aa][Rr][Ee][Rr] +(lst_([0-9a-f]{12})_[A-Za-z0-9_-]{43}) *")
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 
 
@@ -133,20 +135,6 @@ def scope_label(scope: frozenset[str] | None) -> bytes:
     return b"all" if scope is None else msgspec.json.encode(sorted(scope))
 
 
-def bearer_token(header: str | None) -> str | None:
-    """The token of an `Authorization: Bearer <token>` header; None when malformed."""
-    if not header:
-        return None
-    match = _BEARER.fullmatch(header)
-    return match[1] if match else None
-
-
-def token_id(token: str) -> str | None:
-    """The public id part of a well-formed token; None for anything else."""
-    match = _TOKEN.fullmatch(token)
-    return match[1] if match else None
-
-
 # Compared with when a public id is unknown: the length of a real hash, matching none.
 _NO_TOKEN_HASH: Final = bytes(32)
 
@@ -201,10 +189,10 @@ def authenticate(
     of a token, for `BearerTokenMiddleware` and the direct route of get by id alike."""
     # The raw header list, not Litestar's Headers: building that object for one lookup
     # cost more than the rest of this check.
-    token = bearer_token(header_value(headers, b"authorization"))
-    public_id = token_id(token) if token is not None else None
-    if token is None or public_id is None:
+    match = _BEARER_TOKEN.fullmatch(header_value(headers, b"authorization") or "")
+    if match is None:
         raise NotAuthorizedException()
+    token, public_id = match.groups()
     active = registry.find(public_id)
     # The whole token's hash is computed and compared in constant time whether or not
     # the public id is known (an unknown one against a hash no token has), so the

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
+from leasestar.asgi import add_response_headers
 from leasestar.errors import error_body
 
 MAX_TARGET_BYTES: Final = 8 * 1024  # path + query string
@@ -89,6 +90,10 @@ class HygieneMiddleware:
                 extra,
             )
             return
+        if api:
+            # Added by the layer that rewrites every response's start anyway (asgi.py):
+            # a `send` wrapper of its own here was a coroutine more per message.
+            add_response_headers(scope, API_HEADERS)
         method = scope["method"]
         head = method == "HEAD"
         if head:
@@ -101,7 +106,7 @@ class HygieneMiddleware:
         # 204). Litestar lists the routes' own methods there; HEAD, answered here, is
         # added beside GET.
         may_allow = not head and method != "GET"
-        if not api and not head and not may_allow:
+        if not head and not may_allow:
             await self.app(scope, receive, send)
             return
 
@@ -109,10 +114,10 @@ class HygieneMiddleware:
             if message["type"] == "http.response.start":
                 if head:
                     scope["method"] = "HEAD"
-                headers = message.get("headers", ())
                 if may_allow:
-                    headers = [_with_head(name, value) for name, value in headers]
-                message["headers"] = [*headers, *extra]
+                    message["headers"] = [
+                        _with_head(name, value) for name, value in message.get("headers", ())
+                    ]
             await send(message)
 
         await self.app(scope, receive, send_filtered)

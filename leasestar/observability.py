@@ -22,12 +22,16 @@ import re
 import sys
 import time
 from binascii import hexlify
+from bisect import bisect_left
+from collections.abc import Iterator
 from typing import Any, Final, Literal
 from urllib.parse import unquote_plus
 
 import msgspec
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Gauge
 from prometheus_client.exposition import generate_latest
+from prometheus_client.metrics_core import Metric
+from prometheus_client.utils import floatToGoString
 
 from leasestar.asgi import RESPONSE_HEADERS
 from leasestar.auth import TokenHolder, redact_token_secrets
@@ -48,6 +52,9 @@ _REDACTED_PARAMETERS: Final = frozenset({"email_1", "phone_1", "cursor"})
 _REDACTION_HINTS: Final = ("email", "phone", "cursor", "lst_", "%")
 MAX_LOGGED_QUERY: Final = 1024
 _LATENCY_BUCKETS: Final = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5)
+_BUCKET_LABELS: Final = (*map(floatToGoString, _LATENCY_BUCKETS), "+Inf")
+_REQUESTS_HELP: Final = "HTTP requests served, by route template, method and status."
+_LATENCY_HELP: Final = "Time from request start to the end of the response, by route and status."
 
 FLUSH_SECONDS: Final = 0.2
 FLUSH_LINES: Final = 256
@@ -56,24 +63,70 @@ access_logger = logging.getLogger("leasestar.access")
 _encoder = msgspec.json.Encoder()
 
 
+class RequestCounts:
+    """Requests served and their latency by label set, as Prometheus reads them at scrape
+    time: `leasestar_http_requests` (a counter by route template, method and status) and
+    `leasestar_http_request_duration_seconds` (a histogram by route and status).
+
+    prometheus_client's `Counter` and `Histogram` take a lock for every increment (three
+    a request), because a metric may be shared by threads: 3.2 us of a get by id's ~170.
+    These counts are only touched from the event loop (requests and `/metrics` alike), so
+    they are plain numbers, 0.7 us a request, exposed with the same names and samples.
+    """
+
+    def __init__(self) -> None:
+        # (route, method, status) -> [requests, first seen]
+        self._requests: dict[tuple[str, str, str], list[float]] = {}
+        # (route, status) -> [requests in each bucket (not cumulative)..., sum, first seen]
+        self._latency: dict[tuple[str, str], list[float]] = {}
+
+    def count(self, route: str, method: str, status: str, seconds: float) -> None:
+        requests = self._requests.get((route, method, status))
+        if requests is None:
+            requests = self._requests[route, method, status] = [0, time.time()]
+        requests[0] += 1
+        latency = self._latency.get((route, status))
+        if latency is None:
+            latency = self._latency[route, status] = [0] * (len(_LATENCY_BUCKETS) + 1) + [
+                0.0,
+                time.time(),
+            ]
+        latency[bisect_left(_LATENCY_BUCKETS, seconds)] += 1  # a bucket holds <= its bound
+        latency[-2] += seconds
+
+    def describe(self) -> Iterator[Metric]:
+        """The families' names, reserved in the registry (no samples)."""
+        yield Metric("leasestar_http_requests", _REQUESTS_HELP, "counter")
+        yield Metric("leasestar_http_request_duration_seconds", _LATENCY_HELP, "histogram")
+
+    def collect(self) -> Iterator[Metric]:
+        requests = Metric("leasestar_http_requests", _REQUESTS_HELP, "counter")
+        for (route, method, status), (count, created) in self._requests.items():
+            labels = {"route": route, "method": method, "status": status}
+            requests.add_sample("leasestar_http_requests_total", labels, count)
+            requests.add_sample("leasestar_http_requests_created", labels, created)
+        yield requests
+        name = "leasestar_http_request_duration_seconds"
+        latency = Metric(name, _LATENCY_HELP, "histogram")
+        for (route, status), counts in self._latency.items():
+            labels = {"route": route, "status": status}
+            total = 0.0
+            for bound, count in zip(_BUCKET_LABELS, counts, strict=False):
+                total += count
+                latency.add_sample(f"{name}_bucket", {**labels, "le": bound}, total)
+            latency.add_sample(f"{name}_count", labels, total)
+            latency.add_sample(f"{name}_sum", labels, counts[-2])
+            latency.add_sample(f"{name}_created", labels, counts[-1])
+        yield latency
+
+
 class Metrics:
     """The service's Prometheus metrics, in a registry of its own (one per app)."""
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
-        self.requests = Counter(
-            "leasestar_http_requests",
-            "HTTP requests served, by route template, method and status.",
-            ("route", "method", "status"),
-            registry=self.registry,
-        )
-        self.latency = Histogram(
-            "leasestar_http_request_duration_seconds",
-            "Time from request start to the end of the response, by route and status.",
-            ("route", "status"),
-            buckets=_LATENCY_BUCKETS,
-            registry=self.registry,
-        )
+        self.requests = RequestCounts()
+        self.registry.register(self.requests)
         self.applicants = Gauge(
             "leasestar_applicants",
             "Applicant rows in the database (read at scrape time).",
@@ -82,6 +135,21 @@ class Metrics:
 
     def render(self) -> tuple[bytes, str]:
         return generate_latest(self.registry), CONTENT_TYPE_LATEST
+
+
+class _AccessLine(msgspec.Struct):
+    """A JSON access line, its fields in this order (built and encoded in 1 us, where the
+    same dict took 1.7 us)."""
+
+    time: str
+    request_id: str
+    method: str
+    path: str
+    query: str
+    status: int
+    duration_ms: float
+    bytes: int
+    token: str | None
 
 
 class AccessLog:
@@ -133,9 +201,7 @@ class ObservabilityMiddleware:
         self.metrics = metrics
         self.access_log = access_log
         self.log_format = access_log.format
-        # Label lookups take a lock and hash three strings: keep the children.
-        self._counters: dict[tuple[str, str, str], Any] = {}
-        self._histograms: dict[tuple[str, str], Any] = {}
+        self._request_ids = _RequestIds()
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -149,9 +215,7 @@ class ObservabilityMiddleware:
                 request_id = value
                 break
         if not request_id:
-            # 128 random bits, drawn per request: a counted id would tell any caller how
-            # much traffic the server has had since the last one it saw.
-            request_id = hexlify(os.urandom(16))
+            request_id = self._request_ids.draw()
         scope.setdefault("state", {})["request_id"] = request_id.decode()
         status = 500
         sent = 0
@@ -174,17 +238,7 @@ class ObservabilityMiddleware:
         finally:
             elapsed = time.perf_counter() - started
             route = scope.get("path_template") or "unmatched"
-            status_text = str(status)
-            counter = self._counters.get((route, method, status_text))
-            if counter is None:
-                counter = self.metrics.requests.labels(route, method, status_text)
-                self._counters[route, method, status_text] = counter
-            counter.inc()
-            histogram = self._histograms.get((route, status_text))
-            if histogram is None:
-                histogram = self.metrics.latency.labels(route, status_text)
-                self._histograms[route, status_text] = histogram
-            histogram.observe(elapsed)
+            self.metrics.requests.count(route, method, str(status), elapsed)
             if self.log_format != "off":
                 self._log(scope, method, status, elapsed, sent, request_id.decode())
 
@@ -203,17 +257,17 @@ class ObservabilityMiddleware:
         query = loggable_query(scope["query_string"][:MAX_LOGGED_QUERY].decode("latin-1"))
         if self.log_format == "json":
             line = _encoder.encode(
-                {
-                    "time": _now_text(),
-                    "request_id": request_id,
-                    "method": method,
-                    "path": path,
-                    "query": query,
-                    "status": status,
-                    "duration_ms": round(elapsed * 1000, 3),
-                    "bytes": sent,
-                    "token": token,
-                }
+                _AccessLine(
+                    _now_text(),
+                    request_id,
+                    method,
+                    path,
+                    query,
+                    status,
+                    int(elapsed * 1e6 + 0.5) / 1000,  # to the microsecond; round() took 0.8 us
+                    sent,
+                    token,
+                )
             ).decode()
         else:
             target = f"{path}?{query}" if query else path
@@ -222,6 +276,26 @@ class ObservabilityMiddleware:
                 f"token={token or '-'} request_id={request_id}"
             )
         self.access_log.write(line)
+
+
+class _RequestIds:
+    """Request ids of 128 random bits each, as hex: a counted id would tell any caller
+    how much traffic the server has had since the last one it saw. Drawn from the OS
+    `BATCH` at a time (a system call per request cost more than the rest of the id)."""
+
+    BATCH: Final = 256
+
+    def __init__(self) -> None:
+        self._drawn = b""
+        self._next = 0
+
+    def draw(self) -> bytes:
+        if self._next >= len(self._drawn):
+            self._drawn = hexlify(os.urandom(16 * self.BATCH))
+            self._next = 0
+        start = self._next
+        self._next = start + 32
+        return self._drawn[start : start + 32]
 
 
 def loggable_query(query: str) -> str:

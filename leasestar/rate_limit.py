@@ -46,7 +46,7 @@ from litestar.exceptions import ImproperlyConfiguredException, TooManyRequestsEx
 from litestar.middleware.rate_limit import DURATION_VALUES, RateLimitConfig, RateLimitMiddleware
 from litestar.types import ASGIApp, Receive, Scope, Send
 
-from leasestar.asgi import RESPONSE_HEADERS
+from leasestar.asgi import add_response_headers
 from leasestar.database import DatabaseError
 from leasestar.token_concurrency import QUEUE, TokenConcurrency
 
@@ -295,6 +295,22 @@ class SharedRateLimitMiddleware(RateLimitMiddleware):
         self._reset_header = config.rate_limit_reset_header_key.encode("latin-1")
 
     async def _limit(self, scope: Scope, receive: Receive, send: Send) -> None:
+        key, waits = self.admit(scope)
+        if waits:
+            await self.wait_turn(key)
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            self.finish(key)
+
+    def admit(self, scope: Scope) -> tuple[str, bool]:
+        """Count this request in its token's window and give it a turn, or raise the 429
+        that refuses it: (the token's key, whether it must `wait_turn` first). Once it
+        has its turn, `finish(key)` when it is answered, whatever happens.
+
+        A plain call, so that a route answered outside the router
+        (`applicants/direct_route.py`) applies the same rules without a layer of its own.
+        """
         counter, turns = self._limits.counter, self._limits.turns
         key = self._key(scope)
         started = turns.try_start(key)
@@ -311,17 +327,24 @@ class SharedRateLimitMiddleware(RateLimitMiddleware):
         # Added to whatever answers the request, by the layer that already rewrites the
         # response's start (leasestar/asgi.py): a wrapper of `send` here was a coroutine
         # more per message. Appended as they are: no route sets these headers itself.
-        scope[RESPONSE_HEADERS] = [  # type: ignore[typeddict-unknown-key]
-            *self._constant_headers,
-            (self._remaining_header, b"%d" % (self.max_requests - requests)),
-            (self._reset_header, b"%d" % (resets_at - counted_at)),
-        ]
-        if not started:  # no await since `full`: there is room to wait
-            await turns.wait_turn(key)
-        try:
-            await self.app(scope, receive, send)
-        finally:
-            turns.finish(key)
+        add_response_headers(
+            scope,
+            (
+                *self._constant_headers,
+                (self._remaining_header, b"%d" % (self.max_requests - requests)),
+                (self._reset_header, b"%d" % (resets_at - counted_at)),
+            ),
+        )
+        # No await since `full`: there is room to wait.
+        return key, not started
+
+    async def wait_turn(self, key: str) -> None:
+        """Wait for a turn (if this raises, the request has none to `finish`)."""
+        await self._limits.turns.wait_turn(key)
+
+    def finish(self, key: str) -> None:
+        """A request answered: its turn goes to the token's next one."""
+        self._limits.turns.finish(key)
 
     def _key(self, scope: Scope) -> str:
         """Litestar's key for this caller (the token: the key does not depend on the

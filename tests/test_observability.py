@@ -11,14 +11,18 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from litestar.testing import AsyncTestClient
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.exposition import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from leasestar.applicants.pipeline import write_records
 from leasestar.config import LogFormat, Settings
 from leasestar.database import open_for_write
 from leasestar.main import create_app
-from leasestar.observability import access_logger
+from leasestar.observability import Metrics, access_logger
 from leasestar.seed.generator import synthetic_applicants
 from tests.conftest import TEST_CLIENT_ADDRESS
 
@@ -296,3 +300,57 @@ async def test_health_answers_503_when_the_database_is_unusable(
         }
     }
     assert "health check failed" in caplog.text
+
+
+# --- the request counts, against prometheus_client's own metrics --------------------------
+
+_ROUTES = st.sampled_from(["/v1/applicants", "/v1/applicants/{id}", "unmatched"])
+_STATUSES = st.sampled_from(["200", "304", "404", "429"])
+# Latencies on every side of every bucket bound, the bounds themselves included.
+_SECONDS = st.one_of(
+    st.sampled_from([0.0, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0]),
+    st.sampled_from([2.5, 3.0, 60.0]),
+    st.floats(min_value=0, max_value=5, allow_nan=False),
+)
+
+
+@settings(max_examples=60)
+@given(
+    requests=st.lists(
+        st.tuples(_ROUTES, st.sampled_from(["GET", "HEAD"]), _STATUSES, _SECONDS), max_size=40
+    )
+)
+def test_request_counts_expose_what_prometheus_client_metrics_would(
+    requests: list[tuple[str, str, str, float]],
+) -> None:
+    """The service counts requests with plain numbers (no lock per increment); scraped,
+    they read as prometheus_client's Counter and Histogram fed the same requests would,
+    sample for sample, but for the `_created` times."""
+    metrics = Metrics()
+    oracle = CollectorRegistry()
+    counter = Counter("leasestar_http_requests", "", ("route", "method", "status"), registry=oracle)
+    histogram = Histogram(
+        "leasestar_http_request_duration_seconds",
+        "",
+        ("route", "status"),
+        buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
+        registry=oracle,
+    )
+    for route, method, status, seconds in requests:
+        metrics.requests.count(route, method, status, seconds)
+        counter.labels(route, method, status).inc()
+        histogram.labels(route, status).observe(seconds)
+
+    def samples(text: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+        return {
+            key: value
+            for key, value in _samples(text).items()
+            if key[0].startswith("leasestar_http") and not key[0].endswith("_created")
+        }
+
+    served = samples(metrics.render()[0].decode())
+    assert served == pytest.approx(samples(generate_latest(oracle).decode()))
+    created = {k for k in _samples(metrics.render()[0].decode()) if k[0].endswith("_created")}
+    assert len(created) == len({(r, m, s) for r, m, s, _ in requests}) + len(
+        {(r, s) for r, _, s, _ in requests}
+    )

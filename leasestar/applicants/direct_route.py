@@ -13,7 +13,8 @@ with the pieces the Litestar route is made of:
 
 - the token is checked by `auth.authenticate`, the body of `BearerTokenMiddleware`;
 - the rate limit and the per-token concurrency cap are the API router's own
-  `SharedRateLimitMiddleware` definition, wrapped around the answer;
+  `SharedRateLimitMiddleware` definition, its `admit` and `finish` called around the
+  answer;
 - the answer is `controller.record_answer`, the body of the route's handler;
 - an error is handled by Litestar's exception layer with the app's handlers
   (`errors.py`), at the level it is on the route: an error of the answer inside the
@@ -30,7 +31,7 @@ same requests both ways and compares every byte.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Final
+from typing import Any, Final, cast
 
 from litestar import Litestar
 from litestar._asgi.utils import is_valid_host
@@ -42,6 +43,7 @@ from litestar.utils.scope.state import ScopeState
 
 from leasestar.applicants.controller import record_answer
 from leasestar.auth import authenticate
+from leasestar.rate_limit import SharedRateLimitMiddleware
 
 PREFIX: Final = "/v1/applicants/"
 
@@ -66,7 +68,13 @@ class DirectRecordRoute:
         self._route_handler = handler
         self._path_template = template
         self._exception_handlers = handler.resolve_exception_handlers()
-        self._limited: ASGIApp = self._answer if rate_limit is None else rate_limit(self._answer)
+        # The API router's limiter, applied by plain calls (`admit`, `finish`): as a layer
+        # around the answer it was a coroutine more per get.
+        self._limiter = (
+            None
+            if rate_limit is None
+            else cast("SharedRateLimitMiddleware", rate_limit(self._answer))
+        )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         applicant_id = _applicant_id(scope)
@@ -80,14 +88,25 @@ class DirectRecordRoute:
             authenticated = authenticate(scope["headers"], self._state["tokens"])
             scope["user"] = authenticated.user
             scope["auth"] = authenticated.auth
-            await self._limited(scope, receive, send)
+            limiter = self._limiter
+            if limiter is None:
+                await self._answer(scope, receive, send)
+                return
+            key, waits = limiter.admit(scope)
+            if waits:
+                await limiter.wait_turn(key)
+            try:
+                await self._answer(scope, receive, send)
+            finally:
+                limiter.finish(key)
         except _AnswerStarted:
             raise
         except Exception as error:  # before anything was sent
             await self._refuse(scope, receive, send, error)
 
     async def _answer(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """The handler's answer, or its error, sent through the rate limit's `send`."""
+        """The handler's answer, or its error (with the rate limit's headers, which ride on
+        the scope)."""
         try:
             response = await record_answer(
                 self._state["reader"], scope, scope["user"], scope["path_params"]["id"]

@@ -185,7 +185,10 @@ class ApplicantReader:
         version, stored = await self._row(plan.record(applicant_id, query, scope))
         if stored is None:
             return None, int(version)
-        return await self._decoded(lambda: self._bodies.decode(stored)), int(version)
+        try:  # no coroutine for the common case, a dictionary already loaded
+            return self._bodies.decode(stored), int(version)
+        except UnknownDictionary:
+            return await self._decoded(lambda: self._bodies.decode(stored)), int(version)
 
     async def _decoded(self, decode: Callable[[], bytes]) -> bytes:
         """`decode()`, after loading the dictionaries when a body names one not loaded."""
