@@ -46,16 +46,19 @@ def count_rows(path: Path) -> int:
 
 
 def data_fingerprint() -> str:
-    """What a seeded database depends on: the schema, and what the generator makes.
+    """What a seeded database depends on: the schema, its page size, and what the
+    generator makes.
 
     The generator's output is hashed rather than its source, so that making it faster
     without changing a record does not cost a reseed of a million rows.
     """
     import msgspec
 
+    from leasestar.database import PAGE_SIZE
     from leasestar.seed.generator import synthetic_applicants
 
     digest = hashlib.sha256((ROOT / "schema.sql").read_bytes())
+    digest.update(b"page size %d" % PAGE_SIZE)  # a new database's: the file's layout
     for record in synthetic_applicants(200, 0):
         digest.update(msgspec.json.encode(record))
     return digest.hexdigest()[:16]

@@ -206,15 +206,25 @@ def loop(produce: Callable[[], bytes], seconds: float) -> tuple[int, float]:
             return calls, now - start
 
 
+SETTLE_SECONDS = 0.5
+
+
 def interleave(
     settings: Settings, wrk_targets: list[WrkTarget], in_process: list[InProcessFloor]
 ) -> None:
     """Warm every target up, then measure them (and the in-process floors) in turns, slice
-    by slice, so that background load hits them alike."""
+    by slice, so that background load hits them alike.
+
+    Each slice starts `SETTLE_SECONDS` after the one before ended: wrk stops with 16
+    requests in flight, which the server still answers, and a list page compressed with
+    zstd takes up to 0.3 s at p99. Without the pause, a cheap case after an expensive one
+    (get by id after the compressed walks) shared its first tenth of a second with them.
+    """
     for target in wrk_targets:
         target.run(settings.warmup, keep=False)
     for _ in range(settings.slices):
         for target in wrk_targets:
+            time.sleep(SETTLE_SECONDS)
             target.run(settings.slice_seconds)
         for floor in in_process:
             floor.run(settings.inprocess_seconds / settings.slices)

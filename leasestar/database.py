@@ -61,13 +61,21 @@ _RETRY_ON_POOL: Final = frozenset(
 # Pauses before trying a busy inline read again (then it goes to the pool): ~30 ms.
 _BUSY_PAUSES: Final = (0.001, 0.002, 0.004, 0.008, 0.016, None)
 _PROBE_SECONDS: Final = 1.0  # `check`'s own budget for its one-row probe
-PAGE_SIZE: Final = 16_384
+# The page size of a new database. A write rewrites whole pages: a few random rows touch
+# a leaf of each of the table's 24 indexes, so an import of 100 applicants into a million
+# wrote 28-68 MB of WAL at 16 KiB pages and 15-25 MB at 4 KiB. Replicas ship and apply
+# those bytes (issue 14): at a million applicants the lag from commit to replica fell
+# from p50 2.3 s / p99 3.2 s to 1.8 s / 2.2 s. 16 KiB pages were chosen when a stored
+# applicant took ~2 KB (a 4 KiB page held one; bulk index builds read 4x the pages);
+# compressed to ~310 bytes (bodies.py), 4 KiB pages hold a dozen, the file is 2 % larger
+# and reads served as fast (benchmarks/RESULTS.md). An existing database keeps its own.
+PAGE_SIZE: Final = 4_096
 # Page cache of each read connection, in KiB (SQLite's default is 2 MiB). A page's rows
 # sit on as many table pages as it has rows (they are stored in import order, read in
-# sort order): at 16 KiB a page, SQLite's default cache holds ~125, so a 250-row page
-# re-read every table page from the OS on every request. Measured on 100k applicants,
-# limit=250 took 1,440 us with the default cache and 180 us with this one; bounded, so
-# memory stays flat however long the server runs.
+# sort order): at 16 KiB a page (the page size then), SQLite's default cache held ~125,
+# so a 250-row page re-read every table page from the OS on every request. Measured on
+# 100k applicants, limit=250 took 1,440 us with the default cache and 180 us with this
+# one; bounded, so memory stays flat however long the server runs.
 READ_CACHE_KIB: Final = 32 * 1024
 # Reads map the file rather than copy each page out of the OS cache with a system call:
 # a page of rows in another part of the table (a client walking the list) then costs
@@ -223,12 +231,8 @@ def open_for_write(path: Path) -> sqlite3.Connection:
                 # Read each table's first page before anything is written (the switch to
                 # WAL below writes the header): a damaged file is refused untouched.
                 connection.execute(_TABLE_ROOTS).fetchall()
-        # Only a new database takes it (an existing one keeps its page size). A stored
-        # applicant is ~2 KB: a 4 KB page holds one and leaves ~40% empty, 16 KB pages
-        # hold seven. The file is ~20% smaller and a bulk import, whose index rebuild
-        # scans the table once per index, reads a quarter of the pages. Measured on a
-        # million seeded applicants in one transaction: rows, index rebuild and commit
-        # took 67 s instead of 234 s, and the index rebuild alone 40 s instead of 178 s.
+        # Only a new database takes it (an existing one keeps its page size): see
+        # PAGE_SIZE.
         connection.execute(f"PRAGMA page_size = {PAGE_SIZE}")
         connection.execute("PRAGMA journal_mode = WAL")
         migrations = "".join(MIGRATIONS.get(v, "") for v in range(version + 1, SCHEMA_VERSION + 1))

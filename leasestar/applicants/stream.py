@@ -42,13 +42,13 @@ STREAM_BATCH: Final = 1000
 # Page cache of a stream's connection, in KiB. The rows of a list come in its order,
 # which is not the order they are stored in (a random one for id), so each record is
 # looked up in the table b-tree from its root: SQLite's default 2 MiB cache (125 pages
-# of 16 KiB) is smaller than the root, interior and index pages those lookups share
-# (~100 pages at 1M applicants) plus the leaves passing through, and half of the
-# lookups read an interior page again. 8 MiB keeps them cached (to some 2-3M
-# applicants): the first 200,000 records in id order took 296,000 reads of a page with
-# 2 MiB, 202,500 with 8 MiB, 199,500 with 16 MiB (strace); a whole 1M stream, 1.0M
-# reads instead of 1.48M and ~1 s less of the server's CPU (of ~8). 16 MiB would spend
-# 8 MB more of a stream's 50 MB memory budget on 1.5% fewer reads.
+# of 16 KiB, the page size when this was measured) is smaller than the root, interior
+# and index pages those lookups share (~100 pages at 1M applicants) plus the leaves
+# passing through, and half of the lookups read an interior page again. 8 MiB keeps them
+# cached (to some 2-3M applicants): the first 200,000 records in id order took 296,000
+# reads of a page with 2 MiB, 202,500 with 8 MiB, 199,500 with 16 MiB (strace); a whole
+# 1M stream, 1.0M reads instead of 1.48M and ~1 s less of the server's CPU (of ~8). 16
+# MiB would spend 8 MB more of a stream's 50 MB memory budget on 1.5% fewer reads.
 STREAM_CACHE_KIB: Final = 8 * 1024
 # Parameters that page a list: a stream is the whole list, so they make no sense with it.
 PAGING_PARAMETERS: Final = ("limit", "offset", "cursor", "wait")

@@ -30,8 +30,8 @@ BULK_FRACTION: Final = 4
 # stays flat whatever the file size.
 WRITE_CACHE_KIB: Final = 160_000
 # While the dropped indexes are built again: SQLite's sorter gets helper threads, and the
-# cache (which also sizes the sorter's in-memory runs) shrinks to the sorter's smallest
-# run (250 pages, 4 MB at 16 KB pages). Each CREATE INDEX then scans the table on this
+# cache (which also sizes the sorter's in-memory runs) shrinks to 4 MB (SQLite's floor
+# for a run is 250 pages). Each CREATE INDEX then scans the table on this
 # thread while helpers sort 4 MB runs on the other cores, then merges them: ~1 s an index
 # at a million rows on two cores, against ~2 s for one 160 MB run sorted in one thread.
 # The runs go to SQLite's temporary files (tens of MB an index, deleted as it finishes).
