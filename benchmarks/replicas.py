@@ -238,7 +238,7 @@ def measure_lag(
         # would have made the run take an hour and overlapped the next import.
         # Import 0 comes first and is not counted: a replica that has just caught up is
         # still starting (its follower restores its own copy from the store), and the
-        # first import after that waited for it (4.1-4.6 s at 1M, the others 1.4-3.2 s).
+        # first import after that waited for it (2.5-4.6 s at 1M in three runs).
         # Its lag is reported apart, as the first import after a replica starts.
         for number in range(imports + 1):
             last = number == imports
@@ -270,9 +270,9 @@ def measure_lag(
                     lags.counted.append(time.monotonic() - committed)
             finally:
                 polls.close()
+            seeding.wait(timeout=60)
             if number == 0:
                 lags.first_after_start = served - committed
-                seeding.wait(timeout=60)
                 say(f"  import 0 (not counted): served in {lags.first_after_start:.2f} s")
                 continue
             lags.served.append(served - committed)
@@ -281,7 +281,6 @@ def measure_lag(
             lags.applied.append(served - followed)
             if size:  # 0: the file was not seen in the store before it was served
                 lags.file_bytes.append(size)
-            seeding.wait(timeout=60)
             say(
                 f"  import {number}/{imports}: served in {lags.served[-1]:.2f} s (shipped "
                 f"{lags.shipped[-1]:.2f} s, followed {lags.followed[-1]:.2f} s, applied "

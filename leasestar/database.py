@@ -63,9 +63,9 @@ _BUSY_PAUSES: Final = (0.001, 0.002, 0.004, 0.008, 0.016, None)
 _PROBE_SECONDS: Final = 1.0  # `check`'s own budget for its one-row probe
 # The page size of a new database. A write rewrites whole pages: a few random rows touch
 # a leaf of each of the table's 24 indexes, so an import of 100 applicants into a million
-# wrote 28-68 MB of WAL at 16 KiB pages and 15-25 MB at 4 KiB. Replicas ship and apply
+# wrote 28-68 MB of WAL at 16 KiB pages and 14-25 MB at 4 KiB. Replicas ship and apply
 # those bytes (issue 14): at a million applicants the lag from commit to replica fell
-# from p50 2.3 s / p99 3.2 s to 1.8 s / 2.2 s. 16 KiB pages were chosen when a stored
+# from p50 2.3 s / p99 3.2 s to 1.55 s / 2.38 s. 16 KiB pages were chosen when a stored
 # applicant took ~2 KB (a 4 KiB page held one; bulk index builds read 4x the pages);
 # compressed to ~310 bytes (bodies.py), 4 KiB pages hold a dozen, the file is 2 % larger
 # and reads served as fast (benchmarks/RESULTS.md). An existing database keeps its own.

@@ -216,7 +216,8 @@ class ObservabilityMiddleware:
                 break
         if not request_id:
             request_id = self._request_ids.draw()
-        scope.setdefault("state", {})["request_id"] = request_id.decode()
+        request_id_text = request_id.decode()
+        scope.setdefault("state", {})["request_id"] = request_id_text
         status = 500
         sent = 0
 
@@ -240,7 +241,7 @@ class ObservabilityMiddleware:
             route = scope.get("path_template") or "unmatched"
             self.metrics.requests.count(route, method, str(status), elapsed)
             if self.log_format != "off":
-                self._log(scope, method, status, elapsed, sent, request_id.decode())
+                self._log(scope, method, status, elapsed, sent, request_id_text)
 
     def _log(
         self,
