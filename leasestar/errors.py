@@ -103,9 +103,8 @@ def _http_exception(_: Request[Any, Any, Any], exc: HTTPException) -> Response[b
         logger.error("server error %s: %s", status, exc.detail)
         return error_response(500)
     if status == 429:
-        # Litestar's rate limiter says when the window resets; Retry-After says it too,
-        # in the header every HTTP client understands.
-        headers.setdefault("Retry-After", headers.get("x-ratelimit-reset", "1"))
+        # The rate limit sets it to the seconds until its window ends (rate_limit.py).
+        headers.setdefault("Retry-After", "1")
     message = ERROR_MESSAGES.get(status) if status in (404, 405, 429) else None
     if isinstance(exc, TooManyAtOnce):  # not the budget: say what was refused
         message = exc.detail

@@ -104,10 +104,6 @@ def create_app(settings: Settings | None = None, *, direct_route: bool = True) -
             rate_limit=(settings.rate_limit.unit, settings.rate_limit.requests),
             middleware_class=SharedRateLimitMiddleware,
             identifier_for_request=_token_identity,
-            rate_limit_limit_header_key="x-ratelimit-limit",
-            rate_limit_remaining_header_key="x-ratelimit-remaining",
-            rate_limit_reset_header_key="x-ratelimit-reset",
-            rate_limit_policy_header_key="x-ratelimit-policy",
         )
         middleware_of_api = DefineMiddleware(
             SharedRateLimitMiddleware, config=limiter, limits=limits

@@ -105,13 +105,14 @@ _ETAG: Final = _header(
     "token's scope: it changes whenever a write could change the answer."
 )
 _RATE_LIMIT_HEADERS: Final = {
-    "X-RateLimit-Limit": _header(
-        "Requests allowed per window (with a rate limit, the default of `leasestar serve`).",
-        OpenAPIType.INTEGER,
+    "RateLimit-Policy": _header(
+        "The token's budget (with a rate limit, the default of `leasestar serve`), as the "
+        'IETF RateLimit fields draft writes it: `"token";q=REQUESTS;w=SECONDS`.'
     ),
-    "X-RateLimit-Remaining": _header("Requests left in this window.", OpenAPIType.INTEGER),
-    "X-RateLimit-Reset": _header("Seconds until the window resets.", OpenAPIType.INTEGER),
-    "X-RateLimit-Policy": _header("The limit as `N; w=SECONDS`."),
+    "RateLimit": _header(
+        "What is left of the budget after this request, and the seconds until its window "
+        'ends: `"token";r=REMAINING;t=SECONDS`.'
+    ),
 }
 _STATUS_HEADERS: Final[dict[str, dict[str, OpenAPIHeader]]] = {
     "401": {"WWW-Authenticate": _header("Always `Bearer`.")},

@@ -303,6 +303,31 @@ def test_a_kept_alive_connection_trickling_its_next_head_is_closed(server: Serve
             pytest.fail("the trickling connection was not closed")
 
 
+def test_a_busy_connection_outlives_the_head_timeout_and_names_no_server(server: Server) -> None:
+    """The head deadline runs from each response, not from the connection's opening: a
+    connection sending one request after another for longer than the head timeout is
+    served throughout. And no answer says which server software runs (`Server`)."""
+    with connect(server.port) as sock:
+        end = time.monotonic() + 2 * HEAD_TIMEOUT + 1
+        served = 0
+        while time.monotonic() < end:
+            sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+            received = b""
+            while True:  # one whole answer: its head, then content-length bytes of body
+                chunk = sock.recv(65536)
+                assert chunk, f"closed after {served} requests"
+                received += chunk
+                if b"\r\n\r\n" not in received:
+                    continue
+                status, headers, body = parse_response(received)
+                if len(body) >= int(headers["content-length"]):
+                    break
+            assert status == 200
+            assert "server" not in headers, headers
+            served += 1
+    assert served > 1
+
+
 def test_a_client_that_stops_reading_is_disconnected(server: Server, network_token: str) -> None:
     """40 pipelined requests for 250-record pages (about 20 MB of answers), none read: the
     server gives up on the connection once its send buffer stayed full SEND_TIMEOUT s."""

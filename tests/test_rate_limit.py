@@ -9,6 +9,7 @@ checked in-process and on a real `leasestar serve`.
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -27,7 +28,10 @@ Client = AsyncTestClient  # type: ignore[type-arg]
 
 LIST = "/v1/applicants"
 LIMIT = 5
-RATE_HEADERS = ("x-ratelimit-limit", "x-ratelimit-remaining")
+RATE_HEADERS = ("ratelimit-policy", "ratelimit")
+# The IETF RateLimit fields draft's syntax, as the README documents it.
+POLICY = re.compile(r'"token";q=(\d+);w=(\d+)')
+STATE = re.compile(r'"token";r=(\d+);t=(\d+)')
 
 
 @pytest.fixture
@@ -54,17 +58,37 @@ def bearer(token: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
 
 
+def budget(response: httpx.Response) -> int:
+    """The budget a `RateLimit-Policy` field states (its window checked to be a minute or
+    a day, the units these tests configure)."""
+    found = POLICY.fullmatch(response.headers["ratelimit-policy"])
+    assert found is not None, response.headers["ratelimit-policy"]
+    assert int(found[2]) in (60, 86_400)
+    return int(found[1])
+
+
 def remaining(response: httpx.Response) -> int:
-    return int(response.headers["x-ratelimit-remaining"])
+    """What a `RateLimit` field says is left of the budget."""
+    found = STATE.fullmatch(response.headers["ratelimit"])
+    assert found is not None, response.headers["ratelimit"]
+    return int(found[1])
+
+
+def resets_in(response: httpx.Response) -> int:
+    """The seconds until the window ends, as a `RateLimit` field says."""
+    found = STATE.fullmatch(response.headers["ratelimit"])
+    assert found is not None, response.headers["ratelimit"]
+    return int(found[2])
 
 
 def assert_rate_limited(response: httpx.Response, limit: int) -> None:
     assert response.status_code == 429, response.text
-    assert response.headers["x-ratelimit-limit"] == str(limit)
+    assert budget(response) == limit
     assert remaining(response) == 0
     retry_after = response.headers["retry-after"]
     assert retry_after.isdigit(), retry_after
     assert 1 <= int(retry_after) <= 60
+    assert int(retry_after) == resets_in(response)
     assert response.headers["content-type"].startswith("application/json")
     assert response.headers["cache-control"] == "no-store"
     assert_error_body(429, response.content)
@@ -85,7 +109,7 @@ async def test_every_answer_of_an_api_route_carries_the_limit_headers(
     ]
     assert [a.status_code for a in answers] == [200, 200, 304, 400, 404]
     for response in answers:
-        assert response.headers["x-ratelimit-limit"] == str(LIMIT)
+        assert budget(response) == LIMIT
     # Every answer counted, refusals included.
     assert [remaining(a) for a in answers] == [4, 3, 2, 1, 0]
     assert_rate_limited(await limited.get(LIST, headers=bearer(token)), LIMIT)
@@ -96,7 +120,7 @@ async def test_head_counts_and_carries_the_headers(limited: Client, seeded_db: P
     response = await limited.head(LIST, headers=bearer(token))
     assert response.status_code == 200
     assert response.content == b""
-    assert (response.headers["x-ratelimit-limit"], remaining(response)) == (str(LIMIT), LIMIT - 1)
+    assert (budget(response), remaining(response)) == (LIMIT, LIMIT - 1)
 
 
 async def test_past_the_budget_429_with_retry_after_and_the_error_body(
@@ -235,7 +259,7 @@ def test_serve_applies_the_configured_limit(
             assert not any(name in a.headers for a in answers for name in RATE_HEADERS)
         elif limit > 5:
             assert [a.status_code for a in answers] == [200] * 5
-            assert [a.headers["x-ratelimit-limit"] for a in answers] == [str(limit)] * 5
+            assert [budget(a) for a in answers] == [limit] * 5
             assert [remaining(a) for a in answers] == [limit - n for n in range(1, 6)]
         else:
             assert [a.status_code for a in answers] == [200] * limit + [429] * (5 - limit)

@@ -32,7 +32,7 @@ LARGE_BUDGET = 4096  # leases of 16, the most
 def _count_many(path: str, key: str, times: int, budget: int) -> list[int]:
     counter = WindowCounter(Path(path))
     try:
-        return [counter.count(key, budget, 3600).requests for _ in range(times)]
+        return [counter.count(key, budget, 3600)[0] for _ in range(times)]
     finally:
         counter.close()
 
@@ -77,8 +77,8 @@ def test_workers_sharing_a_file_grant_within_their_leases_of_the_budget(
         lease = min(16, max(1, budget // 256))  # as the module's docstring states it
         granted = refused = 0
         for turn in turns:
-            window = workers[turn].count("token", budget, 3600)
-            if window.requests <= budget:
+            requests, _ = workers[turn].count("token", budget, 3600)
+            if requests <= budget:
                 granted += 1
             else:
                 refused += 1
@@ -110,26 +110,28 @@ def test_a_window_caps_at_the_budget_and_renews_when_it_ends(
 ) -> None:
     start = clock[0]
     windows = [counter.count("a", 3, 60) for _ in range(5)]
-    assert [w.requests for w in windows] == [1, 2, 3, 4, 4]  # refusals are not counted
-    assert {w.resets_at for w in windows} == {start + 60}  # nor move the window's end
+    # (requests in the window, seconds until it ends): refusals are not counted, nor
+    # move the window's end
+    assert windows == [(1, 60), (2, 60), (3, 60), (4, 60), (4, 60)]
     clock[0] = start + 59
-    assert counter.count("a", 3, 60).requests == 4
+    assert counter.count("a", 3, 60) == (4, 1)
     clock[0] = start + 60
-    renewed = counter.count("a", 3, 60)
-    assert (renewed.requests, renewed.resets_at) == (1, start + 120)
-    assert counter.count("b", 3, 60).requests == 1  # each key its own window
+    assert counter.count("a", 3, 60) == (1, 60)  # a new window, ending at start + 120
+    clock[0] = start + 61
+    assert counter.count("a", 3, 60) == (2, 59)
+    assert counter.count("b", 3, 60) == (1, 60)  # each key its own window
 
 
 def test_ended_windows_make_room_for_other_keys(counter: WindowCounter, clock: list[int]) -> None:
     slots = leasestar.rate_limit._SLOTS
     for n in range(slots):
-        assert counter.count(f"key-{n}", 5, 60).requests == 1
+        assert counter.count(f"key-{n}", 5, 60)[0] == 1
     with pytest.raises(CounterFull):
         counter.count("one-too-many", 5, 60)
-    assert counter.count("key-7", 5, 60).requests == 2  # the open windows are intact
+    assert counter.count("key-7", 5, 60)[0] == 2  # the open windows are intact
     clock[0] += 60
-    assert counter.count("one-too-many", 5, 60).requests == 1
-    assert counter.count("key-7", 5, 60).requests == 1  # its window ended: a new one
+    assert counter.count("one-too-many", 5, 60)[0] == 1
+    assert counter.count("key-7", 5, 60)[0] == 1  # its window ended: a new one
 
 
 def test_a_file_that_is_not_a_counter_is_refused(tmp_path: Path) -> None:

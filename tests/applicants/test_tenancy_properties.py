@@ -55,7 +55,7 @@ def comparable(response: httpx.Response) -> tuple[int, dict[str, str], bytes]:
     headers = {
         name: value
         for name, value in response.headers.items()
-        if name.lower() not in PER_REQUEST_HEADERS and not name.lower().startswith("x-ratelimit")
+        if name.lower() not in PER_REQUEST_HEADERS and not name.lower().startswith("ratelimit")
     }
     return response.status_code, headers, response.content
 
