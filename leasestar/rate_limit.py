@@ -225,18 +225,23 @@ class WindowCounter:
 
 class TokenLimits:
     """The per-token limits of one worker process: the window counter, opened with the
-    app (`open`, `close`), and the turns of each token's requests in progress."""
+    app (`open`, `close`), and the turns of each token's requests in progress (None
+    without a cap: nothing to count then, and a request pays nothing for it)."""
 
     counter: WindowCounter
+    turns: TokenConcurrency | None
 
     def __init__(self, path: Path, concurrency: int | None) -> None:
         self._path = path
         self._concurrency = concurrency
-        self.turns = TokenConcurrency(concurrency)
+        self._open_turns()
 
     def open(self) -> None:
         self.counter = WindowCounter(self._path)
-        self.turns = TokenConcurrency(self._concurrency)
+        self._open_turns()
+
+    def _open_turns(self) -> None:
+        self.turns = None if self._concurrency is None else TokenConcurrency(self._concurrency)
 
     def close(self) -> None:
         self.counter.close()
@@ -313,13 +318,13 @@ class SharedRateLimitMiddleware(RateLimitMiddleware):
         """
         counter, turns = self._limits.counter, self._limits.turns
         key = self._key(scope)
-        started = turns.try_start(key)
-        if not started and turns.full(key):
+        started = turns is None or turns.try_start(key)
+        if turns is not None and not started and turns.full(key):
             # Refused before counting: like a 429 for the budget, it spends none of it.
             raise self._too_many_at_once(counter.peek(key, self._seconds), turns)
         requests, resets_in = counter.count(key, self.max_requests, self._seconds)
         if requests > self.max_requests:
-            if started:
+            if started and turns is not None:
                 turns.finish(key)
             raise TooManyRequestsException(headers=self.window_fields(requests, resets_in))
         # Added to whatever answers the request, by the layer that already rewrites the
@@ -337,11 +342,15 @@ class SharedRateLimitMiddleware(RateLimitMiddleware):
 
     async def wait_turn(self, key: str) -> None:
         """Wait for a turn (if this raises, the request has none to `finish`)."""
-        await self._limits.turns.wait_turn(key)
+        turns = self._limits.turns
+        if turns is not None:  # (without a cap, `admit` never asks a request to wait)
+            await turns.wait_turn(key)
 
     def finish(self, key: str) -> None:
         """A request answered: its turn goes to the token's next one."""
-        self._limits.turns.finish(key)
+        turns = self._limits.turns
+        if turns is not None:
+            turns.finish(key)
 
     def _key(self, scope: Scope) -> str:
         """Litestar's key for this caller (the token: the key does not depend on the
