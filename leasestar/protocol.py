@@ -187,7 +187,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         Only the deadline moves with each request: the timer stays armed and, when it
         fires before the deadline (a later request moved it), waits for the rest. A new
         timer for every response, and cancelling it at every head, cost 2-3 us a request
-        (`loop.call_later` and `cancel`), 2 % of a get by id.
+        in a loop of them (`loop.call_later` and `cancel` under uvloop).
         """
         self.head_deadline = self.loop.time() + self.head_timeout
         if self.head_timer is None:

@@ -260,8 +260,9 @@ class TooManyAtOnce(TooManyRequestsException):
 # The limit's two fields, as the IETF's RateLimit header fields draft defines them
 # (draft-ietf-httpapi-ratelimit-headers-10): the policy, constant, and its state after this
 # request. Two fields where the draft's earlier versions (and Litestar's limiter) send
-# four: uvicorn checks every field against two patterns, and the two fields more cost a
-# get by id about 2 %.
+# four: uvicorn scans every byte of every field against a pattern, and with the limiter's
+# work to make them the two fields more cost a get by id about 5 % of its instructions
+# (benchmarks/rate_limit_instructions.py).
 POLICY_FIELD: Final = "RateLimit-Policy"
 STATE_FIELD: Final = "RateLimit"
 POLICY_NAME: Final = "token"  # each token has its own budget
