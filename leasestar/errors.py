@@ -103,7 +103,8 @@ def _http_exception(_: Request[Any, Any, Any], exc: HTTPException) -> Response[b
         logger.error("server error %s: %s", status, exc.detail)
         return error_response(500)
     if status == 429:
-        # The rate limit sets it to the seconds until its window ends (rate_limit.py).
+        # The rate limit sets it itself (rate_limit.py): the seconds until the window
+        # ends, or 1 for a token with too many requests at once.
         headers.setdefault("Retry-After", "1")
     message = ERROR_MESSAGES.get(status) if status in (404, 405, 429) else None
     if isinstance(exc, TooManyAtOnce):  # not the budget: say what was refused

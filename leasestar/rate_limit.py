@@ -261,7 +261,7 @@ class TooManyAtOnce(TooManyRequestsException):
 # (draft-ietf-httpapi-ratelimit-headers-10): the policy, constant, and its state after this
 # request. Two fields where the draft's earlier versions (and Litestar's limiter) send
 # four: uvicorn scans every byte of every field against a pattern, and with the limiter's
-# work to make them the two fields more cost a get by id about 5 % of its instructions
+# work to make them the two fields more cost a get by id about 6 % of its instructions
 # (benchmarks/rate_limit_instructions.py).
 POLICY_FIELD: Final = "RateLimit-Policy"
 STATE_FIELD: Final = "RateLimit"
@@ -366,8 +366,9 @@ class SharedRateLimitMiddleware(RateLimitMiddleware):
         return key
 
     def window_fields(self, requests: int, resets_in: int) -> dict[str, str]:
-        """The limit's fields for a refusal: the policy, its state (nothing remaining)
-        and `Retry-After`, the seconds until the window ends."""
+        """The limit's fields for a refusal: the policy, its state (`r`: what is left of
+        the budget, none past it) and `Retry-After`, the seconds until the window ends
+        (a refusal for too many requests at once puts 1 there instead)."""
         remaining = max(self.max_requests - requests, 0)
         return {
             POLICY_FIELD: self._policy,

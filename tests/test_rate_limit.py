@@ -115,6 +115,37 @@ async def test_every_answer_of_an_api_route_carries_the_limit_headers(
     assert_rate_limited(await limited.get(LIST, headers=bearer(token)), LIMIT)
 
 
+async def test_without_the_per_token_cap_the_budget_is_counted_the_same(
+    seeded_db: Path,
+) -> None:
+    """`--token-concurrency off` keeps no turns (rate_limit.py): the list route and the
+    direct get by id still count every answer, and the budget's end is the same 429."""
+    app = create_app(
+        Settings(
+            db_path=seeded_db,
+            rate_limit=RateLimit(LIMIT, "minute"),
+            token_concurrency=None,
+            log_format="off",
+            metrics_address=TEST_CLIENT_ADDRESS,
+        )
+    )
+    token = new_token(seeded_db, "uncapped")
+    some_id = query_one(seeded_db, "SELECT id FROM applicants LIMIT 1")
+    async with AsyncTestClient(app=app) as client:
+        answers = [
+            await client.get(LIST, headers=bearer(token)),
+            await client.get(f"{LIST}/{some_id}", headers=bearer(token)),
+            await client.get(f"{LIST}/app_unknown", headers=bearer(token)),
+            await client.get(LIST, params={"limit": "0"}, headers=bearer(token)),
+            await client.get(f"{LIST}/{some_id}", headers=bearer(token)),
+        ]
+        assert [a.status_code for a in answers] == [200, 200, 404, 400, 200]
+        assert [remaining(a) for a in answers] == [4, 3, 2, 1, 0]
+        assert all(budget(a) == LIMIT for a in answers)
+        assert_rate_limited(await client.get(f"{LIST}/{some_id}", headers=bearer(token)), LIMIT)
+        assert_rate_limited(await client.get(LIST, headers=bearer(token)), LIMIT)
+
+
 async def test_head_counts_and_carries_the_headers(limited: Client, seeded_db: Path) -> None:
     token = new_token(seeded_db, "head")
     response = await limited.head(LIST, headers=bearer(token))
