@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import random
 import shutil
 import statistics
 import sys
@@ -90,14 +89,9 @@ def getter(app: Any, ids: list[str], token: str) -> Callable[[int], Any]:
     return get
 
 
-def sample_ids(db: Path) -> list[str]:
-    ids = [row[0] for row in databases.read_only(db).execute("SELECT id FROM applicants")]
-    return random.Random(7).sample(ids, 5000)
-
-
 async def time_variants(db: Path, token: str) -> dict[tuple[bool, bool], float]:
     """Median microseconds per get of each variant, over rounds taken in turns."""
-    ids = sample_ids(db)
+    ids = databases.sample_ids(db)
     rounds: dict[tuple[bool, bool], list[float]] = {variant: [] for variant in VARIANTS}
     async with contextlib.AsyncExitStack() as stack:
         gets = {}
@@ -119,7 +113,7 @@ async def time_variants(db: Path, token: str) -> dict[tuple[bool, bool], float]:
 
 async def drive(db: Path, limited: bool, direct: bool, count: int, token: str) -> None:
     """`count` gets through one variant, after 100 to warm it (run under callgrind)."""
-    ids = sample_ids(db)
+    ids = databases.sample_ids(db)
     app = app_of(db, limited, direct)
     async with app.lifespan():
         get = getter(app, ids, token)

@@ -60,22 +60,6 @@ LIMITS = {
 RECORD_SQL = "SELECT CAST(body AS BLOB) FROM applicants WHERE id = ?"
 
 
-def sample_ids(db: Path, count: int = 5000) -> list[str]:
-    """Ids spread over the table (every stride-th row), fixed for every run."""
-    connection = databases.read_only(db)
-    try:
-        (rows,) = connection.execute("SELECT count(*) FROM applicants").fetchone()
-        stride = max(rows // count, 1)
-        return [
-            row[0]
-            for row in connection.execute(
-                "SELECT id FROM applicants WHERE rowid % ? = 0 LIMIT ?", (stride, count)
-            )
-        ]
-    finally:
-        connection.close()
-
-
 def send(base: str, paths: list[str], token: str | None) -> None:
     """Each of `paths` in turn on one kept-alive connection; every answer must be 200."""
     parts = urlsplit(base)
@@ -173,7 +157,7 @@ def in_process_drive(db: Path, count: int) -> None:
     """`count` record reads and their bytes, as the in-process floor makes them."""
     connection = databases.read_only(db)
     decode = BodyDecoder.of(connection).decode
-    ids = sample_ids(db)
+    ids = databases.sample_ids(db)
     head = b'{"meta":{"offset":0},"results":'
     for n in range(count + 200):
         (blob,) = connection.execute(RECORD_SQL, (ids[(n * 7919) % len(ids)],)).fetchone()
@@ -201,7 +185,7 @@ def main() -> int:
         sys.exit("valgrind is required: apt-get install -y valgrind")
     db = databases.ensure_database(ROWS)
     token = databases.create_token(db, "instructions")
-    ids = sample_ids(db)
+    ids = databases.sample_ids(db)
     load, started = provenance.loadavg(), time.monotonic()
     jobs: dict[tuple[str, str], Callable[[], float]] = {
         (case, limit): functools.partial(served_case, limit, case, db, token, ids)

@@ -382,7 +382,7 @@ class SharedRateLimitMiddleware(RateLimitMiddleware):
         remaining = max(self.max_requests - requests, 0)
         return {
             POLICY_FIELD: self._policy,
-            STATE_FIELD: f'"{POLICY_NAME}";r={remaining};t={resets_in}',
+            STATE_FIELD: (self._state_format % (remaining, resets_in)).decode(),
             "Retry-After": str(resets_in),
         }
 
