@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any, cast
 
-from litestar import Litestar, Request, Router
+from litestar import Litestar, Router
 from litestar.middleware import DefineMiddleware
 from litestar.middleware.rate_limit import RateLimitConfig
 from litestar.openapi import OpenAPIConfig
@@ -19,7 +19,7 @@ from leasestar.applicants.controller import ApplicantController
 from leasestar.applicants.cursors import CursorCodec
 from leasestar.applicants.direct_route import DirectRecordRoute
 from leasestar.applicants.storage import ApplicantReader
-from leasestar.auth import BearerTokenMiddleware, TokenHolder, TokenRegistry
+from leasestar.auth import BearerTokenMiddleware, TokenRegistry
 from leasestar.compression import CompressionMiddleware
 from leasestar.config import Settings
 from leasestar.database import ReadPool, open_for_write
@@ -33,12 +33,6 @@ from leasestar.replica.status import ReplicaMetrics
 from leasestar.service import DatabaseFile, ServiceController
 
 UNAUTHENTICATED_PATHS = ["^/schema", "^/health", "^/metrics"]
-
-
-def _token_identity(request: Request[Any, Any, Any]) -> str:
-    """Rate limits count per token (its name), not per client address."""
-    user = request.scope.get("user")
-    return user.name if isinstance(user, TokenHolder) else "anonymous"
 
 
 def create_app(settings: Settings | None = None, *, direct_route: bool = True) -> Litestar:
@@ -103,7 +97,6 @@ def create_app(settings: Settings | None = None, *, direct_route: bool = True) -
         limiter = RateLimitConfig(
             rate_limit=(settings.rate_limit.unit, settings.rate_limit.requests),
             middleware_class=SharedRateLimitMiddleware,
-            identifier_for_request=_token_identity,
         )
         middleware_of_api = DefineMiddleware(
             SharedRateLimitMiddleware, config=limiter, limits=limits

@@ -107,7 +107,9 @@ _ETAG: Final = _header(
 _RATE_LIMIT_HEADERS: Final = {
     "RateLimit-Policy": _header(
         "The token's budget (with a rate limit, the default of `leasestar serve`), as the "
-        'IETF RateLimit fields draft writes it: `"token";q=REQUESTS;w=SECONDS`.'
+        'IETF RateLimit fields draft writes it: `"token";q=REQUESTS;w=SECONDS`. It never '
+        "changes: sent with the answer that opens a window (`r` is then `q - 1`) and with "
+        "every 429."
     ),
     "RateLimit": _header(
         "What is left of the budget after this request, and the seconds until its window "

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
+import math
 import mmap
 import os
 import struct
@@ -52,11 +53,15 @@ from leasestar.token_concurrency import QUEUE, TokenConcurrency
 
 _MAGIC: Final = b"leasestar rate limit v1\n"
 _SLOTS: Final = 4096
-_SLOT: Final = struct.Struct("<16sqq")  # key digest, count, window end (Unix seconds)
-_WINDOW: Final = struct.Struct("<qq")
-_COUNT: Final = struct.Struct("<q")
+# A slot: the key's digest, its count, its window's end (Unix seconds). In the machine's
+# byte order, as the file's numbers are read and written through a memoryview of 64-bit
+# integers (`WindowCounter._numbers`); the file never leaves the machine of its database.
+_SLOT: Final = struct.Struct("=16sqq")
+_WINDOW: Final = struct.Struct("=qq")
 _FREE: Final = bytes(16)
 _TABLE_AT: Final = len(_MAGIC)
+assert (_TABLE_AT + 16) % 8 == 0  # every count and window end 8-byte aligned
+assert _SLOT.size % 8 == 0
 _SIZE: Final = _TABLE_AT + _SLOTS * _SLOT.size
 _KEYS_KEPT: Final = 4096  # tokens whose key and lease are remembered
 _LEASE_PER_BUDGET: Final = 256  # a lease of one request per this much of the budget
@@ -78,12 +83,14 @@ and a NamedTuple's constructor is a Python call (0.4 us, a tenth of the limiter'
 class _Lease:
     """Requests of a key this worker took from the file and has not spent yet."""
 
-    __slots__ = ("left", "offset", "resets_at")
+    __slots__ = ("count_at", "left", "resets_at")
 
-    def __init__(self, left: int, resets_at: int, offset: int) -> None:
+    def __init__(self, left: int, resets_at: int, count_at: int) -> None:
         self.left = left
         self.resets_at = resets_at  # the window it was taken in, and is spent in only
-        self.offset = offset  # the key's slot, which is the key's while the window lasts
+        # Where the key's count is in the file's numbers: its slot is the key's while
+        # the window lasts.
+        self.count_at = count_at
 
 
 class CounterFull(Exception):
@@ -107,6 +114,9 @@ class WindowCounter:
         except BaseException:
             os.close(self._fd)
             raise
+        # The file as 64-bit numbers (every slot's count and window end is 8-byte
+        # aligned): a number read or written is one load or store.
+        self._numbers = memoryview(self._map).cast("q")
         self._slots: dict[str, tuple[bytes, int]] = {}  # key -> (digest, slot offset)
         self._leases: dict[str, _Lease] = {}
 
@@ -131,21 +141,19 @@ class WindowCounter:
             fcntl.flock(self._fd, fcntl.LOCK_UN)
 
     def close(self) -> None:
+        self._numbers.release()  # (a map with a view on it cannot close)
         self._map.close()
         os.close(self._fd)
 
     def count(self, key: str, budget: int, seconds: int) -> Window:
         """Count one request of `key` in a window of `seconds` holding `budget` requests."""
-        now = int(time.time())
+        now = math.floor(time.time())  # (int() of a float costs twice as much)
         lease = self._leases.get(key)
         if lease is not None and lease.left and lease.resets_at > now:
             lease.left -= 1
             # The file's count as every worker has taken it, less what this one still
-            # holds: read without the lock, for the fields only, as one aligned 8-byte
-            # copy (`_write_count`).
-            at = lease.offset + 16
-            taken = int.from_bytes(self._map[at : at + 8], "little")
-            return taken - lease.left, lease.resets_at - now
+            # holds: read without the lock, for the fields only (one aligned 8-byte load).
+            return self._numbers[lease.count_at] - lease.left, lease.resets_at - now
         return self._take_lease(key, budget, seconds, now)
 
     def _take_lease(self, key: str, budget: int, seconds: int, now: int) -> Window:
@@ -164,31 +172,29 @@ class WindowCounter:
             if offset < 0 or self._map[offset : offset + 16] != digest:
                 offset = self._find(digest, now)
                 self._slots[key] = (digest, offset)
-            count, resets_at = _WINDOW.unpack_from(self._map, offset + 16)
+            count_at = (offset + 16) // 8
+            count, resets_at = self._numbers[count_at], self._numbers[count_at + 1]
             if resets_at <= now:
                 count, resets_at = 0, now + seconds
             taken = min(size, budget - count)
             # Past the budget the count stays at budget + 1: a refusal is not counted.
             count = count + taken if taken > 0 else budget + 1
-            self._write_count(offset, count, resets_at)
+            # Each number one aligned 8-byte store, so a worker reading the count
+            # without the lock (`count`'s lease path) sees the old value or the new one,
+            # never a mix (`struct.pack_into` zeroes its bytes before it fills them: a
+            # reader saw 0 there once in a test of four processes).
+            self._numbers[count_at + 1] = resets_at
+            self._numbers[count_at] = count
         finally:
             fcntl.flock(self._fd, fcntl.LOCK_UN)
         left = max(taken - 1, 0)
-        self._leases[key] = _Lease(left, resets_at, offset)
+        self._leases[key] = _Lease(left, resets_at, count_at)
         return count - left, resets_at - now
-
-    def _write_count(self, offset: int, count: int, resets_at: int) -> None:
-        """A slot's count and window end, each written as one aligned 8-byte copy (the
-        lock is held). Not `struct.pack_into`: it zeroes its bytes before it fills them,
-        and a worker reading the count without the lock (`count`'s lease path) saw 0
-        there once in a test of four processes."""
-        self._map[offset + 24 : offset + 32] = _COUNT.pack(resets_at)
-        self._map[offset + 16 : offset + 24] = _COUNT.pack(count)
 
     def peek(self, key: str, seconds: int) -> Window:
         """`key`'s window as it stands, without counting a request (none open: an empty
         window that the next request would open)."""
-        now = int(time.time())
+        now = math.floor(time.time())
         digest = hashlib.blake2b(key.encode(), digest_size=16).digest()
         fcntl.flock(self._fd, fcntl.LOCK_EX)
         try:
@@ -272,23 +278,36 @@ class TooManyAtOnce(TooManyRequestsException):
 # request. Two fields where the draft's earlier versions (and Litestar's limiter) send
 # four: uvicorn scans every byte of every field against a pattern, and with the limiter's
 # work to make them the two fields more cost a get by id about 6 % of its instructions
-# (benchmarks/rate_limit_instructions.py).
+# (benchmarks/rate_limit_instructions.py). The state goes with every answer; the policy,
+# which the draft wants "consistent over a sequence of HTTP responses" and lets a server
+# leave out ("clients can still use the RateLimit header field to throttle"), with the
+# answer that opens a window and with every 429: on every answer it was a third of the
+# limit's cost (6,300 instructions of a get's 355,000).
 POLICY_FIELD: Final = "RateLimit-Policy"
 STATE_FIELD: Final = "RateLimit"
 POLICY_NAME: Final = "token"  # each token has its own budget
+# The one budget every request without a token counts against (`OPTIONS`, which
+# Litestar's authentication does not check): not a token's name, which cannot be empty.
+ANONYMOUS: Final = ""
+
+
+Turn = tuple[str, bool]
+"""A request's turn at being served under the per-token cap: (its token's key, whether it
+must `wait_turn` first). Handed back with `finish(key)` once the request is answered."""
 
 
 class SharedRateLimitMiddleware(RateLimitMiddleware):
-    """Litestar's rate limiter (its configuration and keys), counting in the server's
+    """Litestar's rate limiter (its configuration), counting per token in the server's
     `WindowCounter` instead of a store, telling clients their budget in the IETF draft's
     two fields (`RateLimit-Policy`, `RateLimit`); and each token's turns at being served
     in this worker process (leasestar/token_concurrency.py).
 
-    It runs on every API request, so what does not change between requests is made once:
-    a caller's key (per authenticated user and route; Litestar builds a Request to find
-    it), the policy field, already encoded, and the limits themselves, handed over when
-    the app is built (an attribute of `app.state` is looked up after a failed attribute
-    lookup: each cost as much as the window's count, measured by callgrind).
+    It runs on every API request, behind authentication: a request's key is its token's
+    name, read from the scope (Litestar's own key needs a Request built and a format per
+    request). What does not change between requests is made once: the policy field,
+    already encoded, and the limits themselves, handed over when the app is built (an
+    attribute of `app.state` is looked up after a failed attribute lookup: each cost as
+    much as the window's count, measured by callgrind).
     It is mounted on the routes it limits alone (`main.py`): it excludes no paths.
     """
 
@@ -304,14 +323,17 @@ class SharedRateLimitMiddleware(RateLimitMiddleware):
             )
         self._limits = limits
         self._seconds = DURATION_VALUES[self.unit]
-        self._keys: dict[str | None, str] = {}
         self._policy = f'"{POLICY_NAME}";q={self.max_requests};w={self._seconds}'
         self._policy_field = (POLICY_FIELD.lower().encode(), self._policy.encode())
         self._state_name = STATE_FIELD.lower().encode()
         self._state_format = f'"{POLICY_NAME}";r=%d;t=%d'.encode()
 
     async def _limit(self, scope: Scope, receive: Receive, send: Send) -> None:
-        key, waits = self.admit(scope)
+        turn = self.admit(scope)
+        if turn is None:
+            await self.app(scope, receive, send)
+            return
+        key, waits = turn
         if waits:
             await self.wait_turn(key)
         try:
@@ -319,42 +341,52 @@ class SharedRateLimitMiddleware(RateLimitMiddleware):
         finally:
             self.finish(key)
 
-    def admit(self, scope: Scope) -> tuple[str, bool]:
-        """Count this request in its token's window and give it a turn, or raise the 429
-        that refuses it: (the token's key, whether it must `wait_turn` first). Once it
-        has its turn, `finish(key)` when it is answered, whatever happens.
+    def admit(self, scope: Scope) -> Turn | None:
+        """Count this request in its token's window and, under a per-token cap, give it a
+        turn; or raise the 429 that refuses it. The turn, to `finish` when the request is
+        answered whatever happens, or None without a cap (nothing to hand back).
 
         A plain call, so that a route answered outside the router
         (`applicants/direct_route.py`) applies the same rules without a layer of its own.
         """
-        counter, turns = self._limits.counter, self._limits.turns
-        key = self._key(scope)
-        started = turns is None or turns.try_start(key)
-        if turns is not None and not started and turns.full(key):
-            # Refused before counting: like a 429 for the budget, it spends none of it.
-            raise self._too_many_at_once(counter.peek(key, self._seconds), turns)
-        requests, resets_in = counter.count(key, self.max_requests, self._seconds)
-        if requests > self.max_requests:
-            if started and turns is not None:
-                turns.finish(key)
+        try:
+            key: str = scope["user"].name  # token names are unique (auth.py)
+        except KeyError:  # OPTIONS: authentication lets it through without a token
+            key = ANONYMOUS
+        limits = self._limits
+        turns = limits.turns
+        if turns is None:
+            turn = None
+        elif turns.try_start(key):
+            turn = (key, False)
+        else:
+            turn = self._queue(key, turns)
+        budget = self.max_requests
+        requests, resets_in = limits.counter.count(key, budget, self._seconds)
+        if requests > budget:
+            if turns is not None and turn is not None and not turn[1]:
+                turns.finish(key)  # it had started: its turn goes to the next one
             raise TooManyRequestsException(headers=self.window_fields(requests, resets_in))
+        state = (self._state_name, self._state_format % (budget - requests, resets_in))
         # Added to whatever answers the request, by the layer that already rewrites the
         # response's start (leasestar/asgi.py): a wrapper of `send` here was a coroutine
-        # more per message. Appended as they are: no route sets these fields itself.
-        add_response_headers(
-            scope,
-            (
-                self._policy_field,
-                (self._state_name, self._state_format % (self.max_requests - requests, resets_in)),
-            ),
-        )
-        # No await since `full`: there is room to wait.
-        return key, not started
+        # more per message. Appended as they are: no route sets these fields itself. The
+        # policy, which never changes, with the answer that opens a window (and every
+        # 429): on every answer it cost a get by id 1.8 % (`POLICY_FIELD`).
+        add_response_headers(scope, (state,) if requests > 1 else (self._policy_field, state))
+        return turn
+
+    def _queue(self, key: str, turns: TokenConcurrency) -> Turn:
+        """A place in the token's queue, for a request over its cap; refused (before
+        counting: like a 429 for the budget, it spends none of it) when that is full too."""
+        if turns.full(key):
+            raise self._too_many_at_once(self._limits.counter.peek(key, self._seconds), turns)
+        return key, True  # no await since `full`: there is room to wait
 
     async def wait_turn(self, key: str) -> None:
         """Wait for a turn (if this raises, the request has none to `finish`)."""
         turns = self._limits.turns
-        if turns is not None:  # (without a cap, `admit` never asks a request to wait)
+        if turns is not None:  # (without a cap, `admit` hands out no turns)
             await turns.wait_turn(key)
 
     def finish(self, key: str) -> None:
@@ -362,18 +394,6 @@ class SharedRateLimitMiddleware(RateLimitMiddleware):
         turns = self._limits.turns
         if turns is not None:
             turns.finish(key)
-
-    def _key(self, scope: Scope) -> str:
-        """Litestar's key for this caller (the token: the key does not depend on the
-        route, none of which is a mount or static files), made once for each token."""
-        caller = getattr(scope.get("user"), "name", None)
-        key = self._keys.get(caller)
-        if key is None:
-            if len(self._keys) >= _KEYS_KEPT:
-                self._keys.clear()
-            request = scope["litestar_app"].request_class(scope)
-            key = self._keys[caller] = self.cache_key_from_request(request)
-        return key
 
     def window_fields(self, requests: int, resets_in: int) -> dict[str, str]:
         """The limit's fields for a refusal: the policy, its state (`r`: what is left of

@@ -1,7 +1,8 @@
 """Rate limiting per token (issue 5, part 2).
 
-Litestar's RateLimitMiddleware, keyed on the authenticated token's name: the headers on
-every answer of a `/v1` route, 429 with `Retry-After` and the error body past the budget,
+Litestar's RateLimitMiddleware, keyed on the authenticated token's name: the budget's
+state on every answer of a `/v1` route and its policy on the answer that opens a window,
+429 with `Retry-After` and the error body past the budget,
 one budget per token whatever the client address, `/health` and `/schema` never limited,
 and the setting read from `LEASESTAR_RATE_LIMIT` and `serve --rate-limit` (off included),
 checked in-process and on a real `leasestar serve`.
@@ -10,6 +11,7 @@ checked in-process and on a real `leasestar serve`.
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -28,7 +30,8 @@ Client = AsyncTestClient  # type: ignore[type-arg]
 
 LIST = "/v1/applicants"
 LIMIT = 5
-RATE_HEADERS = ("ratelimit-policy", "ratelimit")
+POLICY_FIELD = "ratelimit-policy"
+RATE_HEADERS = (POLICY_FIELD, "ratelimit")
 # The IETF RateLimit fields draft's syntax, as the README documents it.
 POLICY = re.compile(r'"token";q=(\d+);w=(\d+)')
 STATE = re.compile(r'"token";r=(\d+);t=(\d+)')
@@ -60,7 +63,8 @@ def bearer(token: str) -> dict[str, str]:
 
 def budget(response: httpx.Response) -> int:
     """The budget a `RateLimit-Policy` field states (its window checked to be a minute or
-    a day, the units these tests configure)."""
+    a day, the units these tests configure). The field comes with the answer that opens a
+    window and with a 429, no other."""
     found = POLICY.fullmatch(response.headers["ratelimit-policy"])
     assert found is not None, response.headers["ratelimit-policy"]
     assert int(found[2]) in (60, 86_400)
@@ -108,11 +112,30 @@ async def test_every_answer_of_an_api_route_carries_the_limit_headers(
         await limited.get(f"{LIST}/app_unknown", headers=bearer(token)),
     ]
     assert [a.status_code for a in answers] == [200, 200, 304, 400, 404]
-    for response in answers:
-        assert budget(response) == LIMIT
     # Every answer counted, refusals included.
     assert [remaining(a) for a in answers] == [4, 3, 2, 1, 0]
+    # The policy, which never changes, with the answer that opened the window alone.
+    assert budget(first) == LIMIT
+    assert [POLICY_FIELD in a.headers for a in answers] == [True] + [False] * 4
     assert_rate_limited(await limited.get(LIST, headers=bearer(token)), LIMIT)
+
+
+async def test_the_answer_that_opens_each_window_carries_the_policy(
+    limited: Client, seeded_db: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A window that ends is followed by a new one at the token's next request: its answer
+    states the policy again, and `r` starts over at the budget less one."""
+    clock = [1_900_000_000.25]
+    monkeypatch.setattr(time, "time", lambda: clock[0])
+    token = new_token(seeded_db, "windows")
+    for _window in range(3):
+        answers = [await limited.get(LIST, headers=bearer(token)) for _ in range(3)]
+        assert [a.status_code for a in answers] == [200] * 3
+        assert [remaining(a) for a in answers] == [LIMIT - 1, LIMIT - 2, LIMIT - 3]
+        assert [resets_in(a) for a in answers] == [60] * 3
+        assert budget(answers[0]) == LIMIT
+        assert [POLICY_FIELD in a.headers for a in answers] == [True, False, False]
+        clock[0] += 61  # past the window's end (it ends 60 s after its first second)
 
 
 async def test_without_the_per_token_cap_the_budget_is_counted_the_same(
@@ -141,9 +164,25 @@ async def test_without_the_per_token_cap_the_budget_is_counted_the_same(
         ]
         assert [a.status_code for a in answers] == [200, 200, 404, 400, 200]
         assert [remaining(a) for a in answers] == [4, 3, 2, 1, 0]
-        assert all(budget(a) == LIMIT for a in answers)
+        assert budget(answers[0]) == LIMIT
+        assert not any(POLICY_FIELD in a.headers for a in answers[1:])
         assert_rate_limited(await client.get(f"{LIST}/{some_id}", headers=bearer(token)), LIMIT)
         assert_rate_limited(await client.get(LIST, headers=bearer(token)), LIMIT)
+
+
+async def test_options_has_a_budget_of_its_own_that_no_token_shares(
+    limited: Client, seeded_db: Path
+) -> None:
+    """`OPTIONS` passes authentication without a token (README, "Rate limit"): it is
+    counted against one budget of its own, which a token named `anonymous` does not share."""
+    answers = [await limited.options(LIST) for _ in range(LIMIT)]
+    assert [a.status_code for a in answers] == [204] * LIMIT
+    assert [remaining(a) for a in answers] == list(range(LIMIT - 1, -1, -1))
+    assert budget(answers[0]) == LIMIT
+    assert_rate_limited(await limited.options(f"{LIST}/app_any"), LIMIT)
+    token = new_token(seeded_db, "anonymous")
+    own = await limited.get(LIST, headers=bearer(token))
+    assert (own.status_code, remaining(own)) == (200, LIMIT - 1)
 
 
 async def test_head_counts_and_carries_the_headers(limited: Client, seeded_db: Path) -> None:
@@ -290,7 +329,8 @@ def test_serve_applies_the_configured_limit(
             assert not any(name in a.headers for a in answers for name in RATE_HEADERS)
         elif limit > 5:
             assert [a.status_code for a in answers] == [200] * 5
-            assert [budget(a) for a in answers] == [limit] * 5
+            assert budget(answers[0]) == limit
+            assert not any(POLICY_FIELD in a.headers for a in answers[1:])
             assert [remaining(a) for a in answers] == [limit - n for n in range(1, 6)]
         else:
             assert [a.status_code for a in answers] == [200] * limit + [429] * (5 - limit)

@@ -92,7 +92,11 @@ class DirectRecordRoute:
             if limiter is None:
                 await self._answer(scope, receive, send)
                 return
-            key, waits = limiter.admit(scope)
+            turn = limiter.admit(scope)
+            if turn is None:  # no per-token cap: nothing to hand back
+                await self._answer(scope, receive, send)
+                return
+            key, waits = turn
             if waits:
                 await limiter.wait_turn(key)
             try:
