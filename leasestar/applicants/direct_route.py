@@ -13,8 +13,8 @@ with the pieces the Litestar route is made of:
 
 - the token is checked by `auth.authenticate`, the body of `BearerTokenMiddleware`;
 - the rate limit and the per-token concurrency cap are the API router's own
-  `SharedRateLimitMiddleware` definition, its `admit` and `finish` called around the
-  answer;
+  `SharedRateLimitMiddleware` definition, its `admit` called before the answer (and the
+  turn it gives, under the per-token cap, handed back after it);
 - the answer is `controller.record_answer`, the body of the route's handler;
 - an error is handled by Litestar's exception layer with the app's handlers
   (`errors.py`), at the level it is on the route: an error of the answer inside the
@@ -68,7 +68,7 @@ class DirectRecordRoute:
         self._route_handler = handler
         self._path_template = template
         self._exception_handlers = handler.resolve_exception_handlers()
-        # The API router's limiter, applied by plain calls (`admit`, `finish`): as a layer
+        # The API router's limiter, applied by a plain call (`admit`): as a layer
         # around the answer it was a coroutine more per get.
         self._limiter = (
             None
@@ -96,13 +96,13 @@ class DirectRecordRoute:
             if turn is None:  # no per-token cap: nothing to hand back
                 await self._answer(scope, receive, send)
                 return
-            key, waits = turn
+            turns, key, waits = turn
             if waits:
-                await limiter.wait_turn(key)
+                await turns.wait_turn(key)
             try:
                 await self._answer(scope, receive, send)
             finally:
-                limiter.finish(key)
+                turns.finish(key)
         except _AnswerStarted:
             raise
         except Exception as error:  # before anything was sent
