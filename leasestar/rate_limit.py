@@ -47,7 +47,7 @@ from litestar.exceptions import ImproperlyConfiguredException, TooManyRequestsEx
 from litestar.middleware.rate_limit import DURATION_VALUES, RateLimitConfig, RateLimitMiddleware
 from litestar.types import ASGIApp, Receive, Scope, Send
 
-from leasestar.asgi import add_response_headers
+from leasestar.asgi import RESPONSE_HEADERS
 from leasestar.database import DatabaseError
 from leasestar.token_concurrency import QUEUE, TokenConcurrency
 
@@ -372,11 +372,16 @@ class SharedRateLimitMiddleware(RateLimitMiddleware):
             raise TooManyRequestsException(headers=self.window_fields(requests, resets_in))
         state = (self._state_name, self._state_format % (budget - requests, resets_in))
         # Added to whatever answers the request, by the layer that already rewrites the
-        # response's start (leasestar/asgi.py): a wrapper of `send` here was a coroutine
-        # more per message. Appended as they are: no route sets these fields itself. The
-        # policy, which never changes, with the answer that opens a window (and every
-        # 429): on every answer it cost a get by id 1.8 % (`POLICY_FIELD`).
-        add_response_headers(scope, (state,) if requests > 1 else (self._policy_field, state))
+        # response's start (`RESPONSE_HEADERS`, leasestar/asgi.py): a wrapper of `send`
+        # here was a coroutine more per message; appended to that list here, not through
+        # `add_response_headers`, a call and a tuple less (650 instructions). As they are:
+        # no route sets these fields itself. The policy, which never changes, with the
+        # answer that opens a window (and every 429): on every answer it cost a get by id
+        # 1.8 % (`POLICY_FIELD`).
+        added = scope.setdefault(RESPONSE_HEADERS, [])  # type: ignore[typeddict-item]
+        if requests == 1:
+            added.append(self._policy_field)
+        added.append(state)
         return turn
 
     def _queue(self, key: str, turns: TokenConcurrency) -> Turn:
