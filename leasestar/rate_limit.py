@@ -63,7 +63,7 @@ _TABLE_AT: Final = len(_MAGIC)
 assert (_TABLE_AT + 16) % 8 == 0  # every count and window end 8-byte aligned
 assert _SLOT.size % 8 == 0
 _SIZE: Final = _TABLE_AT + _SLOTS * _SLOT.size
-_KEYS_KEPT: Final = 4096  # tokens whose key and lease are remembered
+_KEYS_KEPT: Final = 4096  # keys whose digest, slot and lease are remembered
 _LEASE_PER_BUDGET: Final = 256  # a lease of one request per this much of the budget
 _LEASE_MOST: Final = 16
 
@@ -281,7 +281,7 @@ class TooManyAtOnce(TooManyRequestsException):
 # (benchmarks/rate_limit_instructions.py). The state goes with every answer; the policy,
 # which the draft wants "consistent over a sequence of HTTP responses" and lets a server
 # leave out ("clients can still use the RateLimit header field to throttle"), with the
-# answer that opens a window and with every 429: on every answer it was a third of the
+# answer that opens a window and with every 429: on every answer it was a quarter of the
 # limit's cost (6,300 instructions of a get's 355,000).
 POLICY_FIELD: Final = "RateLimit-Policy"
 STATE_FIELD: Final = "RateLimit"
@@ -354,8 +354,10 @@ class SharedRateLimitMiddleware(RateLimitMiddleware):
         """
         try:
             key: str = scope["user"].name  # token names are unique (auth.py)
-        except KeyError:  # OPTIONS: authentication lets it through without a token
-            key = ANONYMOUS
+        except KeyError:
+            if scope.get("method") != "OPTIONS":  # (mounted where no authentication ran)
+                raise
+            key = ANONYMOUS  # authentication lets OPTIONS through without a token
         limits = self._limits
         turns = limits.turns
         if turns is None:
@@ -365,11 +367,14 @@ class SharedRateLimitMiddleware(RateLimitMiddleware):
         else:
             turn = self._queue(key, turns)
         budget = self.max_requests
-        requests, resets_in = limits.counter.count(key, budget, self._seconds)
-        if requests > budget:
+        try:
+            requests, resets_in = limits.counter.count(key, budget, self._seconds)
+            if requests > budget:
+                raise TooManyRequestsException(headers=self.window_fields(requests, resets_in))
+        except BaseException:  # refused, or the count failed (`CounterFull`): not served
             if turns is not None and turn is not None and not turn[2]:
                 turns.finish(key)  # it had started: its turn goes to the next one
-            raise TooManyRequestsException(headers=self.window_fields(requests, resets_in))
+            raise
         state = (self._state_name, self._state_format % (budget - requests, resets_in))
         # Added to whatever answers the request, by the layer that already rewrites the
         # response's start (`RESPONSE_HEADERS`, leasestar/asgi.py): a wrapper of `send`

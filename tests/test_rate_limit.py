@@ -14,14 +14,23 @@ import re
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
+from litestar.middleware.rate_limit import RateLimitConfig
 from litestar.testing import AsyncTestClient
 
+from leasestar.auth import TokenHolder
 from leasestar.cli import build_parser
 from leasestar.config import DEFAULT_RATE_LIMIT, RateLimit, Settings, SettingsError
 from leasestar.main import create_app
+from leasestar.rate_limit import (
+    CounterFull,
+    SharedRateLimitMiddleware,
+    TokenLimits,
+    Window,
+)
 from tests.conftest import TEST_CLIENT_ADDRESS
 from tests.test_fuzz import assert_error_body
 from tests.test_hardening import clean_env, copy_database, new_token, query_one, serve
@@ -175,14 +184,52 @@ async def test_options_has_a_budget_of_its_own_that_no_token_shares(
 ) -> None:
     """`OPTIONS` passes authentication without a token (README, "Rate limit"): it is
     counted against one budget of its own, which a token named `anonymous` does not share."""
-    answers = [await limited.options(LIST) for _ in range(LIMIT)]
+    token = new_token(seeded_db, "anonymous")
+    # With a token or without, OPTIONS counts against its own budget.
+    answers = [
+        await limited.options(LIST, headers=bearer(token) if n % 2 else {}) for n in range(LIMIT)
+    ]
     assert [a.status_code for a in answers] == [204] * LIMIT
     assert [remaining(a) for a in answers] == list(range(LIMIT - 1, -1, -1))
     assert budget(answers[0]) == LIMIT
     assert_rate_limited(await limited.options(f"{LIST}/app_any"), LIMIT)
-    token = new_token(seeded_db, "anonymous")
     own = await limited.get(LIST, headers=bearer(token))
     assert (own.status_code, remaining(own)) == (200, LIMIT - 1)
+
+
+async def test_a_count_that_fails_hands_its_turn_back(tmp_path: Path) -> None:
+    """A request that took a turn under the per-token cap and then could not be counted
+    (every window of the file open: `CounterFull`) is not served: its turn goes back, or
+    the token's later requests on this worker would wait for it for ever."""
+    limits = TokenLimits(tmp_path / "db-ratelimit", 1)
+    limits.open()
+    try:
+        config = RateLimitConfig(
+            rate_limit=("minute", LIMIT), middleware_class=SharedRateLimitMiddleware
+        )
+        limiter = SharedRateLimitMiddleware(_unreachable, config, limits)
+        scope: Any = {"type": "http", "method": "GET", "user": TokenHolder("capped", None)}
+        counted = limits.counter.count
+
+        def full(*args: object) -> Window:
+            raise CounterFull("every window open")
+
+        limits.counter.count = full  # type: ignore[method-assign]
+        for _ in range(3):
+            with pytest.raises(CounterFull):
+                limiter.admit(scope)
+        limits.counter.count = counted  # type: ignore[method-assign]
+        turn = limiter.admit(scope)
+        assert turn is not None
+        turns, key, waits = turn
+        assert (key, waits) == ("capped", False)  # served at once: no turn was kept
+        turns.finish(key)
+    finally:
+        limits.close()
+
+
+async def _unreachable(scope: Any, receive: Any, send: Any) -> None:
+    raise AssertionError("admit alone is called")
 
 
 async def test_head_counts_and_carries_the_headers(limited: Client, seeded_db: Path) -> None:

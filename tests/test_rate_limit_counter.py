@@ -98,8 +98,10 @@ def test_workers_sharing_a_file_grant_within_their_leases_of_the_budget(
     try:
         lease = min(16, max(1, budget // 256))  # as the module's docstring states it
         granted = refused = 0
+        counts = []
         for turn in turns:
             requests, _ = workers[turn].count("token", budget, 3600)
+            counts.append(requests)
             if requests <= budget:
                 granted += 1
             else:
@@ -107,6 +109,10 @@ def test_workers_sharing_a_file_grant_within_their_leases_of_the_budget(
                 assert granted >= budget - 2 * (lease - 1)
         assert granted <= budget
         assert granted + refused == len(turns)
+        # One window: exactly one request opened it, the one whose answer states the
+        # policy (rate_limit.py, `requests == 1`), whichever worker counted it.
+        assert counts.count(1) == 1
+        assert counts[0] == 1
     finally:
         for worker in workers:
             worker.close()

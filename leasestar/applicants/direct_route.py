@@ -59,9 +59,9 @@ class DirectRecordRoute:
     def __init__(self, app: ASGIApp, litestar: Litestar, rate_limit: DefineMiddleware | None):
         self.app = app
         self._state = litestar.state
-        # What Litestar's router finds for the route, asked once: the handler (the rate
-        # limit keys on it; errors are handled with its exception handlers) and the
-        # template the metrics and the access log name the route by.
+        # What Litestar's router finds for the route, asked once: the handler (errors are
+        # handled with its exception handlers) and the template the metrics and the
+        # access log name the route by.
         _, handler, _, _, template = litestar.asgi_router.handle_routing(
             path=f"{PREFIX}id", method="GET"
         )
