@@ -12,7 +12,7 @@ grows with the budget.
 So every worker counts in one small file beside the database, `<db>-ratelimit`, mapped
 into memory: a table of 4,096 slots, each (the key's digest, requests in the window,
 when the window ends). A request takes the file's lock (`flock`), finds its key's slot,
-opens a new window or adds itself (past the budget the count stays at budget + 1: a
+opens a new window or adds itself (past the budget the count stays at the budget: a
 refused request is not counted and does not move the window's end, as with Litestar),
 and lets go: two system calls and a few bytes, about 2 us. A table in SQLite did the
 same with one `INSERT ... ON CONFLICT ... RETURNING` in 15-50 us (its locks and WAL
@@ -177,17 +177,22 @@ class WindowCounter:
             if resets_at <= now:
                 count, resets_at = 0, now + seconds
             taken = min(size, budget - count)
-            # Past the budget the count stays at budget + 1: a refusal is not counted.
-            count = count + taken if taken > 0 else budget + 1
-            # Each number one aligned 8-byte store, so a worker reading the count
-            # without the lock (`count`'s lease path) sees the old value or the new one,
-            # never a mix (`struct.pack_into` zeroes its bytes before it fills them: a
-            # reader saw 0 there once in a test of four processes).
-            self._numbers[count_at + 1] = resets_at
-            self._numbers[count_at] = count
+            if taken > 0:  # (past the budget nothing is written: a refusal is not counted)
+                count += taken
+                # Each number one aligned 8-byte store, so a worker reading the count
+                # without the lock (`count`'s lease path) sees the old value or the new
+                # one, never a mix (`struct.pack_into` zeroes its bytes before it fills
+                # them: a reader saw 0 there once in a test of four processes).
+                self._numbers[count_at + 1] = resets_at
+                self._numbers[count_at] = count
         finally:
             fcntl.flock(self._fd, fcntl.LOCK_UN)
-        left = max(taken - 1, 0)
+        if taken <= 0:
+            # Refused. The file's count stays at the budget: another worker's lease,
+            # taken before, is still granted in full (a count written past the budget
+            # refused its last request).
+            return budget + 1, resets_at - now
+        left = taken - 1
         self._leases[key] = _Lease(left, resets_at, count_at)
         return count - left, resets_at - now
 

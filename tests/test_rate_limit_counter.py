@@ -118,6 +118,23 @@ def test_workers_sharing_a_file_grant_within_their_leases_of_the_budget(
             worker.close()
 
 
+def test_a_refusal_leaves_another_workers_lease_whole(tmp_path: Path) -> None:
+    """A lease taken before the budget ran out is granted in full: one worker's refusal
+    does not count past the budget in the file, where the other reads its share."""
+    budget = 512  # leases of 2 (one request per 256 of the budget)
+    first, second = (WindowCounter(tmp_path / "db-ratelimit") for _ in range(2))
+    try:
+        assert first.count("token", budget, 3600)[0] == 1  # holds the second of its lease
+        granted = [second.count("token", budget, 3600)[0] for _ in range(budget - 2)]
+        assert granted == list(range(3, budget + 1))
+        assert second.count("token", budget, 3600)[0] == budget + 1  # refused
+        assert first.count("token", budget, 3600)[0] == budget  # its leased one: granted
+        assert first.count("token", budget, 3600)[0] == budget + 1
+    finally:
+        first.close()
+        second.close()
+
+
 @pytest.fixture
 def clock(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """The counter's clock, in Unix seconds, moved by the test."""
