@@ -13,12 +13,7 @@ but need a sorted copy per combination of equality filter, scope and date column
 re-sorted after a write; this one structure answers every combination and follows a
 write in O(rows written).
 
-It follows the data version: every write gives each row it touches a change sequence
-above every earlier one, so the rows with `change_seq` above the copy's version are
-exactly what changed since; they are read in one snapshot and written over their rowids
-(the writer updates a row in place, a replica copies the primary's rowid, and records
-are never deleted). A database file replaced under the path (a replica's first copy) is
-read again whole.
+The copy, and how it follows the data version, is `columnar_copy.ColumnarCopy`.
 
 The selective filters (`email_1`, `phone_1`, `x_id`) are not copied: their own index
 finds their few rows, so SQLite counts them cheaply (`MatchCounter.covers`).
@@ -26,51 +21,27 @@ finds their few rows, so SQLite counts them cheaply (`MatchCounter.covers`).
 
 from __future__ import annotations
 
-import asyncio
-import os
-import sqlite3
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Final, NamedTuple
 
 import numpy as np
-import numpy.typing as npt
 
+from leasestar.applicants.columnar_copy import (
+    COLUMNS,
+    INSTANT_ORDER,
+    MISSING,
+    Array,
+    ColumnarCopy,
+    KeyValue,
+    Order,
+)
 from leasestar.applicants.filters import FILTERS, FILTERS_BY_NAME, InstantBound
 from leasestar.applicants.query import ApplicantQuery
 from leasestar.applicants.records import SortKey
-from leasestar.database import BUSY_TIMEOUT_MS, read_uri
 
 Scope = frozenset[str] | None
-Array = npt.NDArray[Any]
 
-# The instants and sequences a broad filter compares, and the text columns it matches
-# exactly, which are kept as codes (each distinct value numbered as first seen).
-INSTANT_COLUMNS: Final = ("change_seq", "created_at", "updated_at", "last_seen")
-FILTERED_CODES: Final = ("integration_id", "integration_vendor", "property_id", "x_property_id")
-# Kept for orders only, the text fields whose values repeat: the copy finds where a
-# page's matches lie in their order (`seek`), where a walk of the field's index read
-# every row to test a filter, and matches bunch (a date of birth follows the created
-# date: 350 ms at 1,000,000 rows for a date window a walk met late), and narrows an
-# order of several keys that no index serves to a group of ties key by key, where
-# SQLite sorted every match (`state,city,zip`: 300-500 ms). Nullable: NULL is the code
-# that sorts first, as SQLite sorts it. Not the unique ones (id, x_id, email_1): a
-# code per row would cost more than the row.
-ORDERED_CODES: Final = (
-    "first_name",
-    "middle_name",
-    "last_name",
-    "date_of_birth",
-    "state",
-    "city",
-    "zip",
-)
-CODED_COLUMNS: Final = FILTERED_CODES + ORDERED_CODES
-COLUMNS: Final = INSTANT_COLUMNS + CODED_COLUMNS
-# The instants read together (one index of schema.sql holds these three), and apart.
-_PACKED: Final = (("created_at", "updated_at", "last_seen"), ("change_seq",))
-_HEX: Final = "%016x"  # a 64-bit integer (two's complement) as 16 hex digits
-_MISSING: Final = -1  # the code of a value no row holds
 # Seeking a page's first matches in the order's rows: the first chunk of rows, and how
 # many times the rows an even spread of the matches needs are stepped through before
 # gathering every match instead.
@@ -90,13 +61,6 @@ for _spec in FILTERS:
         raise RuntimeError(f"broad filter {_spec.name} tests {_spec.column}, not in COLUMNS")
 
 
-# Rows read from the database: column -> (rowids, values), codes already assigned.
-_Rows = dict[str, tuple[Array, Array]]
-
-
-KeyValue = int | str | None  # None: SQL NULL, in a nullable coded column
-
-
 class Seek(NamedTuple):
     """What the copy tells a page's plan (`MatchCounter.seek`)."""
 
@@ -108,127 +72,26 @@ class Seek(NamedTuple):
     candidates: Array | None = None
 
 
-class _Order:
-    """A column's sort keys: its values as they are (instants)."""
-
-    def keys(self, values: Array) -> Array:
-        return values
-
-    def value(self, key: Any) -> KeyValue:
-        return int(key)
-
-    def stored(self, key: Any) -> Any:
-        """What the copy holds for a sort key."""
-        return key
-
-
-_INSTANT_ORDER: Final = _Order()
-
-
-class _CodeOrder(_Order):
-    """A coded column's sort keys: each code's rank among the values, sorted."""
-
-    def __init__(self, codes: dict[str | None, int]) -> None:
-        self.codes = codes
-        # A snapshot (a read may number new values meanwhile), NULL first as in SQLite.
-        self.ordered = sorted(codes, key=lambda value: (value is not None, value or ""))
-        self.ranks = np.zeros(len(self.ordered), np.int32)
-        for rank, value in enumerate(self.ordered):
-            self.ranks[codes[value]] = rank
-
-    def keys(self, values: Array) -> Array:
-        return self.ranks[values]
-
-    def value(self, key: Any) -> KeyValue:
-        return self.ordered[int(key)]
-
-    def stored(self, key: Any) -> Any:
-        return self.codes[self.ordered[int(key)]]
-
-
-class _Codes:
-    """Each distinct value of a text column numbered as first seen."""
-
-    def __init__(self) -> None:
-        self._codes: dict[str | None, int] = {}
-        self._order = _CodeOrder({})
-
-    def code(self, value: str | None) -> int:
-        """The value's code, numbered now if it is new."""
-        return self._codes.setdefault(value, len(self._codes))
-
-    def order(self) -> _CodeOrder:
-        """The values' order, sorted again once values have been added since."""
-        if len(self._order.ordered) != len(self._codes):
-            self._order = _CodeOrder(self._codes)
-        return self._order
-
-    def of(self, value: str) -> int:
-        return self._codes.get(value, _MISSING)
-
-
-class MatchCounter:
-    """A columnar copy of the broad filters' columns at one data version, and its counts.
-
-    Counting and updating run on the event loop (a count is ~1 ms at 1,000,000 rows);
-    reading the changed rows runs on a thread, one read at a time.
-    """
+class MatchCounter(ColumnarCopy):
+    """Counts of the broad filters' matches, and where a page's matches lie in an order,
+    from the columnar copy (a count is ~1 ms at 1,000,000 rows, on the event loop)."""
 
     def __init__(self, path: Path) -> None:
-        self._path = path
-        self._version: int | None = None  # None: not read yet
-        self._file: tuple[int, int] | None = None  # (device, inode) the copy was read from
-        self._present: Array
-        self._columns: dict[str, Array]
-        self._rows: int
         # column -> (the order it was sorted by, its rows' rowids and sort keys in that
         # order), for `_in_order`; dropped whenever the copy changes.
-        self._sorted: dict[str, tuple[_Order, Array, Array]]
+        self._sorted: dict[str, tuple[Order, Array, Array]] = {}
         # "group/instant" -> every row's (code, instant), sorted: for `_count_range`.
-        self._grouped: dict[str, tuple[Array, Array]]
-        self._reset()
-        self._codes = {column: _Codes() for column in CODED_COLUMNS}
-        self._reading: asyncio.Future[int] | None = None  # the read under way, if any
+        self._grouped: dict[str, tuple[Array, Array]] = {}
+        super().__init__(path)
+
+    def _changed(self) -> None:
+        self._sorted = {}
+        self._grouped = {}
 
     @staticmethod
     def covers(query: ApplicantQuery) -> bool:
         """Whether the copy answers this query's count: every filter is a broad one."""
         return all(FILTERS_BY_NAME[name].broad for name, _ in query.filters)
-
-    @property
-    def version(self) -> int | None:
-        """The data version the copy holds, None before the first read."""
-        return self._version
-
-    @property
-    def rows(self) -> int:
-        """Every applicant at the copy's version."""
-        return self._rows
-
-    async def catch_up(self) -> int:
-        """Bring the copy to the database's data version; returns that version.
-
-        Callers meanwhile share the read under way (after a write, every request finds
-        the copy behind): it may end a write short of what a late caller saw, who then
-        reads its page again and calls again (`storage.ApplicantReader._read_page`).
-        """
-        if self._reading is None:
-            self._reading = asyncio.ensure_future(self._read_and_write())
-        reading = self._reading
-        try:
-            return await asyncio.shield(reading)
-        finally:
-            if reading.done() and self._reading is reading:
-                self._reading = None
-
-    async def _read_and_write(self) -> int:
-        version, changed, whole = await asyncio.to_thread(self._read_changes)
-        if whole:
-            self._reset()
-        if changed is not None:
-            self._write(changed)
-        self._version = version
-        return version
 
     def count(self, query: ApplicantQuery, scope: Scope) -> int:
         """The number of applicants at the copy's version that match the query's filters,
@@ -251,7 +114,7 @@ class MatchCounter:
         """Rows whose `instant` is within [low, high], of those whose `group` column holds
         one of `values` (every row without a group)."""
         if group is None:
-            keys = self._in_order(instant, _INSTANT_ORDER)[1]
+            keys = self._in_order(instant, INSTANT_ORDER)[1]
             return _between(keys, low, high)
         starts, keys = self._by_group(group, instant)
         counted = 0
@@ -340,7 +203,7 @@ class MatchCounter:
         return Seek(found, tuple(ranges), stepped, candidates)
 
     def _matches_between(
-        self, column: str, order_of: _Order, within: Array, count: int, low: int, high: int
+        self, column: str, order_of: Order, within: Array, count: int, low: int, high: int
     ) -> Array | None:
         """The rowids of the `count` matches (`within`) whose key in `column`'s order is
         within [low, high], when there are at most `_CANDIDATES_MOST` of them: from the
@@ -361,7 +224,7 @@ class MatchCounter:
         return in_range[kept]
 
     def _first_in_order(
-        self, key: SortKey, order_of: _Order, within: Array, count: int, wanted: int
+        self, key: SortKey, order_of: Order, within: Array, count: int, wanted: int
     ) -> tuple[int, int, int] | None:
         """(low, high, stepped) of the first `wanted` matches in `key`'s order, found by
         stepping through the rows in that order (`_in_order`) in growing chunks: when
@@ -396,7 +259,7 @@ class MatchCounter:
         return int(low), int(high), stepped
 
     def _first_gathered(
-        self, key: SortKey, order_of: _Order, within: Array, wanted: int
+        self, key: SortKey, order_of: Order, within: Array, wanted: int
     ) -> tuple[int, int, int]:
         """(low, high, stepped) of the first `wanted` matches in `key`'s order, from
         every match's key: for few matches, or matches the order meets late."""
@@ -411,7 +274,7 @@ class MatchCounter:
         return int(low), int(high), stepped
 
     def _stepped(
-        self, key: SortKey, order_of: _Order, keys: Array, low: int, high: int, take: int
+        self, key: SortKey, order_of: Order, keys: Array, low: int, high: int, take: int
     ) -> int:
         """The rows a walk of `key`'s order confined to [low, high] steps over to reach
         its `take`-th match: every row before the last value it reaches, then as many of
@@ -428,15 +291,15 @@ class MatchCounter:
         needed = take - matches_before
         return whole - tied + -(-needed * tied // max(tied_matches, 1))
 
-    def _order_of(self, column: str) -> _Order:
+    def _order_of(self, column: str) -> Order:
         """How `column` sorts: by the instant itself, or by its code's rank among the
         column's values (SQLite's BINARY order of text is code-point order, as Python's),
         taken once for a whole plan, so values read meanwhile cannot shift it."""
         if column in self._codes:
             return self._codes[column].order()
-        return _INSTANT_ORDER
+        return INSTANT_ORDER
 
-    def _rows_between(self, column: str, order_of: _Order, low: int, high: int) -> int:
+    def _rows_between(self, column: str, order_of: Order, low: int, high: int) -> int:
         """Rows whose key in `column`'s order is within [low, high]: two binary searches
         in the rows' keys, sorted once per change of the copy (and of the ranks)."""
         keys = self._in_order(column, order_of)[1]
@@ -444,7 +307,7 @@ class MatchCounter:
         low, high = keys.dtype.type(low), keys.dtype.type(high)
         return int(np.searchsorted(keys, high, "right") - np.searchsorted(keys, low, "left"))
 
-    def _in_order(self, column: str, order_of: _Order) -> tuple[Array, Array]:
+    def _in_order(self, column: str, order_of: Order) -> tuple[Array, Array]:
         """(rowids, their keys) of every row in `column`'s order: sorted once per change
         of the copy (and of the ranks), ~0.1 s at 1,000,000 rows."""
         cached = self._sorted.get(column)
@@ -484,91 +347,9 @@ class MatchCounter:
         found = np.zeros(len(codes), np.bool_)
         for value in values:
             code = self._codes[column].of(value)
-            if code != _MISSING:
+            if code != MISSING:
                 found |= codes == code
         return found
-
-    def _read_changes(self) -> tuple[int, _Rows | None, bool]:
-        """(data version, the rows changed since the copy's version or every row, whether
-        they replace the whole copy), read in one snapshot on a connection of its own.
-
-        A new connection each time: it costs well under a millisecond, against a change
-        of at least one row, and always opens the file now at the path.
-        """
-        file = _identity(self._path)
-        whole = self._version is None or file != self._file
-        connection = sqlite3.connect(read_uri(self._path), uri=True, timeout=BUSY_TIMEOUT_MS / 1000)
-        try:
-            connection.execute("BEGIN")  # one snapshot for the version and the rows
-            (version,) = connection.execute("SELECT change_seq FROM sync_state").fetchone()
-            rows: _Rows | None = None
-            if whole:
-                rows = self._read(connection, "", ())
-            elif version != self._version:
-                rows = self._read(connection, "WHERE change_seq > ?", (self._version,))
-        finally:
-            connection.close()
-        # Replaced while it was read: which file was read is unknown, so read it whole
-        # next time.
-        self._file = file if _identity(self._path) == file else None
-        return int(version), rows, whole
-
-    def _read(
-        self, connection: sqlite3.Connection, where: str, params: tuple[object, ...]
-    ) -> _Rows:
-        """The rows `where` selects, column by column, as (rowids, values).
-
-        SQLite packs each column as fixed-width hex in one string, which numpy reads in C:
-        fetching a million rows as Python tuples took 10 s, this ~1 s. Without a WHERE,
-        each statement reads the smallest index holding its columns, not the table; with
-        one, the change sequence's index, never the grouped column's (`+column`: SQLite
-        would walk all of that index to group without sorting, 1.6 s at 100,000 rows for
-        a change of one row).
-        """
-        rows: _Rows = {}
-        packed_sql, grouped_sql = read_statements(where)
-        for columns, sql in zip(_PACKED, packed_sql, strict=True):
-            (packed,) = connection.execute(sql, params).fetchone()
-            table = _unhex(packed).reshape(-1, 1 + len(columns))
-            for number, column in enumerate(columns, 1):
-                rows[column] = (table[:, 0], table[:, number])
-        for column, sql in zip(CODED_COLUMNS, grouped_sql, strict=True):
-            rowids: list[Array] = []
-            codes: list[Array] = []
-            for value, packed in connection.execute(sql, params):
-                rowids.append(_unhex(packed))
-                codes.append(np.full(len(rowids[-1]), self._codes[column].code(value), np.int32))
-            rows[column] = (_joined(rowids, np.int64), _joined(codes, np.int32))
-        return rows
-
-    def _reset(self) -> None:
-        self._sorted = {}
-        self._grouped = {}
-        self._present = np.zeros(0, np.bool_)
-        self._columns = {column: np.zeros(0, _dtype(column)) for column in COLUMNS}
-        self._rows = 0
-
-    def _write(self, changed: _Rows) -> None:
-        """Write the changed rows over their rowids (on the loop: no count sees half)."""
-        rowids = changed["change_seq"][0]
-        if not len(rowids):
-            return
-        self._reserve(int(rowids.max()) + 1)
-        self._rows += int(len(rowids) - np.count_nonzero(self._present[rowids]))
-        self._present[rowids] = True
-        for column, (where, values) in changed.items():
-            self._columns[column][where] = values
-        self._sorted.clear()
-        self._grouped.clear()
-
-    def _reserve(self, size: int) -> None:
-        """Room for rowids below `size`, grown by half again so appends stay amortized."""
-        if size <= len(self._present):
-            return
-        grown = max(size, len(self._present) * 3 // 2)
-        self._present = _grown(self._present, grown)
-        for column in COLUMNS:
-            self._columns[column] = _grown(self._columns[column], grown)
 
 
 def _ranged_shape(
@@ -616,47 +397,3 @@ def _between(keys: Array, low: int, high: int) -> int:
         np.searchsorted(keys, keys.dtype.type(high), "right")
         - np.searchsorted(keys, keys.dtype.type(low), "left")
     )
-
-
-def read_statements(where: str) -> tuple[list[str], list[str]]:
-    """The statements that read the copy's columns (`MatchCounter._read`): the instants
-    packed per row, then per coded column its rowids packed per value."""
-    packed = [
-        f"SELECT group_concat(printf('{_HEX * (1 + len(columns))}', "
-        f"{', '.join(('rowid', *columns))}), '') FROM applicants {where}"
-        for columns in _PACKED
-    ]
-    grouped = [
-        f"SELECT {column}, group_concat(printf('{_HEX}', rowid), '') "
-        f"FROM applicants {where} GROUP BY {'+' if where else ''}{column}"
-        for column in CODED_COLUMNS
-    ]
-    return packed, grouped
-
-
-def _identity(path: Path) -> tuple[int, int] | None:
-    """(device, inode) of the file at `path`: another when the file is replaced."""
-    try:
-        status = os.stat(path)
-    except OSError:
-        return None
-    return status.st_dev, status.st_ino
-
-
-def _dtype(column: str) -> type:
-    return np.int32 if column in CODED_COLUMNS else np.int64
-
-
-def _unhex(packed: str | None) -> Array:
-    """The integers of `_HEX` digits run together (None: no rows)."""
-    return np.frombuffer(bytes.fromhex(packed or ""), ">i8").astype(np.int64)
-
-
-def _joined(parts: list[Array], dtype: type) -> Array:
-    return np.concatenate(parts) if parts else np.zeros(0, dtype)
-
-
-def _grown(array: Array, size: int) -> Array:
-    grown = np.zeros(size, array.dtype)
-    grown[: len(array)] = array
-    return grown

@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass
 from typing import Any, Final, Generic, NamedTuple, TypeVar, cast
 
-from leasestar.applicants import match_counter, plan
+from leasestar.applicants import columnar_copy, plan
 from leasestar.applicants.bodies import DICTIONARIES, BodyDecoder, UnknownDictionary
 from leasestar.applicants.cursors import KeyValue, last_record_start
 from leasestar.applicants.match_counter import MatchCounter
@@ -444,7 +444,7 @@ def _sorts_without_index(query: ApplicantQuery) -> bool:
     """An order of several keys led by a column of the columnar copy that no index of
     schema.sql serves: SQLite sorts every match unless told where the page lies."""
     keys = total_order(query.order_by)
-    if len(keys) <= 2 or keys[0].field not in match_counter.COLUMNS:
+    if len(keys) <= 2 or keys[0].field not in columnar_copy.COLUMNS:
         return False
     served = tuple(key.field for key in keys[:-1]) in plan.ORDER_INDEXES
     return not (served and len({key.direction for key in keys}) == 1)

@@ -16,7 +16,7 @@ fresh ATTACH, inside one write transaction on the served database:
 Every write to an applicant gives it a new change sequence and records are never deleted
 (`leasestar/applicants/writer.py`), so those rows are exactly what changed. They are
 written with the primary's rowids: the primary updates a record in place, and the
-columnar copy that counts totals (`applicants/match_counter.py`) is indexed by rowid, so
+columnar copy that counts totals (`applicants/columnar_copy.py`) is indexed by rowid, so
 an updated record must not move to a new one on a replica. The cost is that of writing
 the changed rows, as it was on the primary, instead of a copy of the whole database per
 change (measured in `docs/replicas.md`).

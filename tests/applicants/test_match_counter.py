@@ -24,7 +24,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from leasestar.applicants import match_counter
-from leasestar.applicants.match_counter import MatchCounter, read_statements
+from leasestar.applicants.columnar_copy import read_statements
+from leasestar.applicants.match_counter import MatchCounter
 from leasestar.applicants.pipeline import write_records
 from leasestar.applicants.query import ApplicantQuery
 from leasestar.applicants.records import Applicant, SortKey
