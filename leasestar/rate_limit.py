@@ -57,7 +57,6 @@ _SLOTS: Final = 4096
 # byte order, as the file's numbers are read and written through a memoryview of 64-bit
 # integers (`WindowCounter._numbers`); the file never leaves the machine of its database.
 _SLOT: Final = struct.Struct("=16sqq")
-_WINDOW: Final = struct.Struct("=qq")
 _FREE: Final = bytes(16)
 _TABLE_AT: Final = len(_MAGIC)
 assert (_TABLE_AT + 16) % 8 == 0  # every count and window end 8-byte aligned
@@ -91,6 +90,12 @@ class _Lease:
         # Where the key's count is in the file's numbers: its slot is the key's while
         # the window lasts.
         self.count_at = count_at
+
+
+def _count_at(offset: int) -> int:
+    """Where the count of the slot at `offset` is in the file's numbers (its window's end
+    is the next one)."""
+    return (offset + 16) // 8
 
 
 class CounterFull(Exception):
@@ -172,7 +177,7 @@ class WindowCounter:
             if offset < 0 or self._map[offset : offset + 16] != digest:
                 offset = self._find(digest, now)
                 self._slots[key] = (digest, offset)
-            count_at = (offset + 16) // 8
+            count_at = _count_at(offset)
             count, resets_at = self._numbers[count_at], self._numbers[count_at + 1]
             if resets_at <= now:
                 count, resets_at = 0, now + seconds
@@ -204,9 +209,10 @@ class WindowCounter:
         fcntl.flock(self._fd, fcntl.LOCK_EX)
         try:
             offset, _ = self._probe(digest, now)
-            requests, resets_at = (
-                _WINDOW.unpack_from(self._map, offset + 16) if offset is not None else (0, 0)
-            )
+            requests = resets_at = 0
+            if offset is not None:
+                at = _count_at(offset)
+                requests, resets_at = self._numbers[at], self._numbers[at + 1]
         finally:
             fcntl.flock(self._fd, fcntl.LOCK_UN)
         if resets_at <= now:
@@ -377,17 +383,16 @@ class SharedRateLimitMiddleware(RateLimitMiddleware):
             if requests > budget:
                 raise TooManyRequestsException(headers=self.window_fields(requests, resets_in))
         except BaseException:  # refused, or the count failed (`CounterFull`): not served
-            if turns is not None and turn is not None and not turn[2]:
-                turns.finish(key)  # it had started: its turn goes to the next one
+            if turn is not None and not turn[2]:
+                turn[0].finish(key)  # it had started: its turn goes to the next one
             raise
         state = (self._state_name, self._state_format % (budget - requests, resets_in))
         # Added to whatever answers the request, by the layer that already rewrites the
         # response's start (`RESPONSE_HEADERS`, leasestar/asgi.py): a wrapper of `send`
         # here was a coroutine more per message; appended to that list here, not through
         # `add_response_headers`, a call and a tuple less (650 instructions). As they are:
-        # no route sets these fields itself. The policy, which never changes, with the
-        # answer that opens a window (and every 429): on every answer it cost a get by id
-        # 1.8 % (`POLICY_FIELD`).
+        # no route sets these fields itself. The policy with the answer that opens a
+        # window alone (and every 429: `window_fields`); why, at `POLICY_FIELD`.
         added = scope.setdefault(RESPONSE_HEADERS, [])  # type: ignore[typeddict-item]
         if requests == 1:
             added.append(self._policy_field)
