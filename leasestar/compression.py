@@ -147,16 +147,21 @@ def _add_vary(headers: list[tuple[bytes, bytes]]) -> None:
 
 class CompressionMiddleware:
     """Compresses answers of MINIMUM_SIZE bytes or more, and streamed answers, in the
-    encoding `choose_encoding` picks; leaves every other answer untouched."""
+    encoding `choose_encoding` picks; leaves every other answer untouched, but for the
+    `Vary: Accept-Encoding` of one it would have compressed."""
 
     def __init__(self, app: Any) -> None:
         self.app = app
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        encoding = None
-        if scope["type"] == "http":
-            encoding = choose_encoding(header_value(scope["headers"], b"accept-encoding"))
-        if encoding is None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        encoding = choose_encoding(header_value(scope["headers"], b"accept-encoding"))
+        # An identity answer that would have been compressed for another client varies by
+        # Accept-Encoding as well. The API's routes declare their Vary themselves (on every
+        # answer, 304s included), so their identity answers, the hot path, skip this wrapper.
+        if encoding is None and scope["path"].startswith("/v1/"):
             await self.app(scope, receive, send)
             return
         await self.app(scope, receive, _CompressingSend(send, encoding))
@@ -170,7 +175,7 @@ class _CompressingSend:
     decode every line it has received (a resumable stream needs that).
     """
 
-    def __init__(self, send: Any, encoding: str) -> None:
+    def __init__(self, send: Any, encoding: str | None) -> None:
         self._send = send
         self._encoding = encoding
         self._start: dict[str, Any] | None = None
@@ -205,6 +210,11 @@ class _CompressingSend:
             or (not more and len(body) < MINIMUM_SIZE)
         ):
             await self._send(start)
+            await self._send(message)
+            return
+        if self._encoding is None:  # identity asked for: only say that the answer varies
+            _add_vary(headers)
+            await self._send({**start, "headers": headers})
             await self._send(message)
             return
         compressor = ENCODINGS[self._encoding]()
