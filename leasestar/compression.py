@@ -31,12 +31,8 @@ from collections.abc import Callable
 from typing import Any, Final, Protocol
 
 import brotli  # type: ignore[import-untyped]
+import zstandard
 from isal import isal_zlib
-
-try:  # Python 3.14 has it in the standard library; before, the backport.
-    from compression import zstd  # type: ignore[import-not-found,unused-ignore]
-except ImportError:  # pragma: no cover - depends on the Python version
-    from backports import zstd  # type: ignore[no-redef,import-not-found,unused-ignore]
 
 from leasestar.asgi import header_value
 
@@ -82,14 +78,19 @@ class _Brotli:
 
 
 class _Zstd:
+    """By `zstandard`, the library that also decodes the stored bodies (`bodies.py`): one
+    binding of libzstd for the product."""
+
     def __init__(self) -> None:
-        self._compressor = zstd.ZstdCompressor(level=1)
+        # A compressor of its own: compressobj() works in its ZstdCompressor's context,
+        # which two answers streamed at once must not share.
+        self._compressor = zstandard.ZstdCompressor(level=1).compressobj()
 
     def compress(self, data: bytes) -> bytes:
         return bytes(self._compressor.compress(data))
 
     def sync(self) -> bytes:
-        return bytes(self._compressor.flush(zstd.ZstdCompressor.FLUSH_BLOCK))
+        return bytes(self._compressor.flush(zstandard.COMPRESSOBJ_FLUSH_BLOCK))
 
     def finish(self) -> bytes:
         return bytes(self._compressor.flush())
