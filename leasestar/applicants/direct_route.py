@@ -34,15 +34,14 @@ from collections.abc import Mapping
 from typing import Any, Final, cast
 
 from litestar import Litestar
-from litestar._asgi.utils import is_valid_host
 from litestar.exceptions import LitestarException
 from litestar.middleware import DefineMiddleware
-from litestar.middleware._internal.exceptions.middleware import ExceptionHandlerMiddleware
 from litestar.types import ASGIApp, Receive, Scope, Send
 from litestar.utils.scope.state import ScopeState
 
 from leasestar.applicants.controller import record_answer
 from leasestar.auth import authenticate
+from leasestar.litestar_private import ExceptionHandlerMiddleware, is_valid_host
 from leasestar.rate_limit import SharedRateLimitMiddleware
 
 PREFIX: Final = "/v1/applicants/"
