@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from leasestar.asgi import add_response_headers
+from leasestar.asgi import HEAD_ROUTED_AS_GET, add_response_headers
 from leasestar.errors import error_body
 
 MAX_TARGET_BYTES: Final = 8 * 1024  # path + query string
@@ -102,6 +102,7 @@ class HygieneMiddleware:
             # response starts; it then sends the GET's headers (its length included)
             # and drops the body itself.
             scope["method"] = "GET"
+            scope[HEAD_ROUTED_AS_GET] = True
         # Only a method other than GET or HEAD can draw an `Allow` (a 405, or OPTIONS'
         # 204). Litestar lists the routes' own methods there; HEAD, answered here, is
         # added beside GET.

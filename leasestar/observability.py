@@ -38,6 +38,8 @@ from leasestar.auth import TokenHolder, redact_token_secrets
 
 LogFormat = Literal["json", "text", "off"]
 REQUEST_ID_HEADER: Final = b"x-request-id"
+# The status logged and counted for a request whose client left before it was answered.
+CLIENT_CLOSED_REQUEST: Final = 499
 # A client's request id is echoed only when it is short and plain; otherwise a new one
 # is made, so a log line can never be forged or bloated through this header.
 _SAFE_REQUEST_ID: Final = re.compile(rb"[A-Za-z0-9._:-]{1,128}")
@@ -219,12 +221,14 @@ class ObservabilityMiddleware:
         request_id_text = request_id.decode()
         scope.setdefault("state", {})["request_id"] = request_id_text
         status = 500
+        answered = False
         sent = 0
 
         async def send_with_id(message: dict[str, Any]) -> None:
-            nonlocal status, sent
+            nonlocal status, answered, sent
             if message["type"] == "http.response.start":
                 status = message["status"]
+                answered = True
                 message["headers"] = [
                     *message.get("headers", ()),
                     *scope.get(RESPONSE_HEADERS, ()),
@@ -236,6 +240,11 @@ class ObservabilityMiddleware:
 
         try:
             await self.app(scope, receive, send_with_id)
+            if not answered:
+                # Returned without an answer: only a request whose client left while it
+                # waited (leasestar/disconnect.py) does that. nginx's "client closed
+                # request", not a server error.
+                status = CLIENT_CLOSED_REQUEST
         finally:
             elapsed = time.perf_counter() - started
             route = scope.get("path_template") or "unmatched"

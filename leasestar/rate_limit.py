@@ -49,6 +49,7 @@ from litestar.types import ASGIApp, Receive, Scope, Send
 
 from leasestar.asgi import RESPONSE_HEADERS
 from leasestar.database import DatabaseError
+from leasestar.disconnect import ClientGone, unless_gone
 from leasestar.token_concurrency import QUEUE, TokenConcurrency
 
 _MAGIC: Final = b"leasestar rate limit v1\n"
@@ -349,7 +350,12 @@ class SharedRateLimitMiddleware(RateLimitMiddleware):
             return
         turns, key, waits = turn
         if waits:
-            await turns.wait_turn(key)  # (if this raises, the request has no turn to finish)
+            # (if this raises, the request has no turn to finish). A client that leaves
+            # while it waits leaves the queue: nobody is left to answer.
+            try:
+                await unless_gone(turns.wait_turn(key), receive)
+            except ClientGone:
+                return
         try:
             await self.app(scope, receive, send)
         finally:

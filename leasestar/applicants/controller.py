@@ -43,6 +43,7 @@ from leasestar.applicants.stream import RecordStream, refuse_paging, wants_ndjso
 from leasestar.asgi import VARY_LIST, VARY_RECORD, OwnTypeStream, PreEncodedJSON, header_value
 from leasestar.auth import TokenHolder, scope_label
 from leasestar.client.records import ApplicantList, ApplicantSingle, PageMeta
+from leasestar.disconnect import ClientGone, unless_gone
 from leasestar.errors import InvalidParameter
 from leasestar.openapi import NDJSON, NOT_MODIFIED, error_responses, operation_class
 
@@ -294,14 +295,18 @@ def _stream(request: Request[TokenHolder, Any, State], codec: CursorCodec) -> Re
 async def _wait_for_changes(
     request: Request[TokenHolder, Any, State], query: ApplicantQuery, page: ApplicantPage, wait: int
 ) -> ApplicantPage:
-    """Hold an empty sync page until a write brings this query records, or `wait` ends."""
+    """Hold an empty sync page until a write brings this query records, or `wait` ends,
+    or the client leaves."""
     watcher: ChangeWatcher = request.app.state.change_watcher
     reader: ApplicantReader = request.app.state.reader
     loop = asyncio.get_running_loop()
     deadline = loop.time() + wait
     version = page.data_version
     while loop.time() < deadline:
-        moved = await watcher.wait_past(version, deadline)
+        try:
+            moved = await unless_gone(watcher.wait_past(version, deadline), request.receive)
+        except ClientGone:
+            break  # the page goes nowhere, and the token's turn is handed on now
         if moved is None:
             break
         page = await reader.fetch_page(query, _scope(request))

@@ -102,7 +102,11 @@ class RecordStream:
         self._path = path
         self._sync_from = query.changed_since  # None: not a sync stream
 
-    def _open(self) -> tuple[sqlite3.Connection, sqlite3.Cursor, BodyDecoder]:
+    def _open(
+        self, made: list[sqlite3.Connection | sqlite3.Cursor]
+    ) -> tuple[sqlite3.Cursor, BodyDecoder]:
+        """The stream's snapshot: its rows and their dictionaries. The connection and the
+        cursor go into `made` as soon as each exists, for `_close`."""
         connection = sqlite3.connect(
             read_uri(self._path),
             uri=True,
@@ -110,11 +114,23 @@ class RecordStream:
             check_same_thread=False,
             isolation_level=None,
         )
+        made.append(connection)
         connection.execute("PRAGMA query_only = 1")
         connection.execute(f"PRAGMA cache_size = -{STREAM_CACHE_KIB}")
         connection.execute("BEGIN")  # one snapshot for the whole stream
+        rows = connection.execute(self._sql, self._params)
+        made.append(rows)
         # The dictionaries of that snapshot: every body the stream reads names one of them.
-        return connection, connection.execute(self._sql, self._params), BodyDecoder.of(connection)
+        return rows, BodyDecoder.of(connection)
+
+    @staticmethod
+    def _close(made: list[sqlite3.Connection | sqlite3.Cursor]) -> None:
+        """End the snapshot, so the WAL can be checkpointed past it. The cursor first: a
+        connection closed while a cursor still holds its statement stays open, its read
+        transaction with it, until that cursor is freed (`sqlite3_close_v2`), and a
+        generator ended by an exception may be freed only by the garbage collector."""
+        for opened in reversed(made):
+            opened.close()
 
     async def chunks(self) -> AsyncIterator[bytes]:
         """The stream's body, a batch of lines at a time."""
@@ -127,32 +143,35 @@ class RecordStream:
         # MB at the peak of every stream, 1-4 MB after). One thread also serializes the
         # connection's use: `close` waits for a fetch still running when a client leaves.
         reader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="leasestar-stream")
+        made: list[sqlite3.Connection | sqlite3.Cursor] = []
         try:
-            connection, cursor, bodies = await loop.run_in_executor(reader, self._open)
+            cursor, bodies = await loop.run_in_executor(reader, self._open, made)
 
             def batch() -> list[tuple[bytes, int]]:
                 # Decompressed on the stream's thread, with the read.
                 decode = bodies.decode
                 return [(decode(stored), seq) for stored, seq in cursor.fetchmany(STREAM_BATCH)]
 
-            try:
-                position = self._sync_from
-                while rows := await loop.run_in_executor(reader, batch):
-                    # One join, whose last empty element ends the chunk with its newline:
-                    # `join(...) + b"\n"` copied each batch again, and two batch-sized
-                    # buffers alive at once made glibc grow and trim its heap every batch
-                    # (290,000 page faults in a stream of 1M records, an eighth of the
-                    # server's CPU).
-                    lines = [body for body, _ in rows]
-                    if position is not None:
-                        position = rows[-1][1]
-                        lines.append(b'{"changeSeq":%d}' % position)
-                    lines.append(b"")
-                    yield b"\n".join(lines)
-                if position is not None and position == self._sync_from:
-                    yield b'{"changeSeq":%d}\n' % position  # nothing new: say where it stands
-            finally:
-                # Also when the client went away mid-stream: end the read transaction.
-                await loop.run_in_executor(reader, connection.close)
+            position = self._sync_from
+            while rows := await loop.run_in_executor(reader, batch):
+                # One join, whose last empty element ends the chunk with its newline:
+                # `join(...) + b"\n"` copied each batch again, and two batch-sized
+                # buffers alive at once made glibc grow and trim its heap every batch
+                # (290,000 page faults in a stream of 1M records, an eighth of the
+                # server's CPU).
+                lines = [body for body, _ in rows]
+                if position is not None:
+                    position = rows[-1][1]
+                    lines.append(b'{"changeSeq":%d}' % position)
+                lines.append(b"")
+                yield b"\n".join(lines)
+            if position is not None and position == self._sync_from:
+                yield b'{"changeSeq":%d}\n' % position  # nothing new: say where it stands
         finally:
+            # However the stream ends: sent, or the client gone (this generator closed,
+            # or cancelled in the middle of a read). Handed to the stream's thread, not
+            # awaited: a cancelled generator's awaits are cancelled too (an awaited close
+            # could leave the queue before it ran), and the thread runs it after a fetch
+            # or an `_open` still in progress, which may be what was cancelled.
+            reader.submit(self._close, made)
             reader.shutdown(wait=False)
