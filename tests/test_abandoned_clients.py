@@ -28,11 +28,10 @@ import httpx
 import pytest
 
 from leasestar.applicants.pipeline import write_records
-from leasestar.auth import create_token
 from leasestar.database import open_for_write
 from leasestar.seed.generator import synthetic_applicants
 from leasestar.token_concurrency import QUEUE
-from tests.test_hardening import Server, parse_response, query_one, serve
+from tests.test_hardening import Server, new_token, parse_response, query_one, serve
 from tests.test_open_network import rss_kib
 
 pytestmark = pytest.mark.e2e
@@ -55,24 +54,26 @@ SPARE_FILES = 2
 RSS_GROWTH_KIB = 48 * 1024
 
 
+def import_records(db: Path, count: int, seed: int) -> None:
+    """What an import does to the database and its WAL: records committed by another
+    program than the server."""
+    connection = open_for_write(db)
+    try:
+        write_records(connection, synthetic_applicants(count, seed=seed))
+    finally:
+        connection.close()
+
+
 @pytest.fixture(scope="module")
 def db(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("abandoned") / "leasestar.db"
-    connection = open_for_write(path)
-    try:
-        write_records(connection, synthetic_applicants(RECORDS, seed=29))
-    finally:
-        connection.close()
+    import_records(path, RECORDS, seed=29)
     return path
 
 
 @pytest.fixture(scope="module")
 def token(db: Path) -> str:
-    connection = open_for_write(db)
-    try:
-        return create_token(connection, "leaver")
-    finally:
-        connection.close()
+    return new_token(db, "leaver")
 
 
 @pytest.fixture(scope="module")
@@ -111,12 +112,7 @@ seeds = iter(range(10_000, 1_000_000))
 
 
 def write_some(db: Path) -> None:
-    """What an import does to the WAL: new records committed by another program."""
-    connection = open_for_write(db)
-    try:
-        write_records(connection, synthetic_applicants(50, seed=next(seeds)))
-    finally:
-        connection.close()
+    import_records(db, 50, seed=next(seeds))
 
 
 def open_files(server: Server) -> int:
@@ -255,11 +251,7 @@ def answered(polls: list[socket.socket]) -> socket.socket | None:
 def test_abandoned_long_polls_and_waiting_requests_give_the_token_its_turns_back(
     server: Server, db: Path
 ) -> None:
-    connection = open_for_write(db)
-    try:
-        token = create_token(connection, "poller")
-    finally:
-        connection.close()
+    token = new_token(db, "poller")
     since = int(query_one(db, "SELECT change_seq FROM sync_state"))
     # One more than the worker holds of a token: AT_ONCE in progress, QUEUE waiting.
     polls = [long_poll(server, token, since) for _ in range(AT_ONCE + QUEUE + 1)]
