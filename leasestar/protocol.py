@@ -136,9 +136,10 @@ class _HeldFlow(FlowControl):
         super().__init__(transport)
         self.held = False
 
-    def resume_reading(self) -> None:
-        if not self.held:
-            super().resume_reading()
+    def resume_reading(self) -> None:  # FlowControl's, inlined: it runs after every answer
+        if self.read_paused and not self.held:
+            self.read_paused = False
+            self._transport.resume_reading()
 
 
 class GuardedHttpToolsProtocol(HttpToolsProtocol):
