@@ -87,7 +87,8 @@ PIPELINED_SEND_BUFFER: Final = 64 * 1024
 # hundred bytes at a time keeps a response, its SQLite snapshot and a connection for as
 # long as it likes under any timer that any progress restarts (issue 29). 8 KiB/s is
 # 64 kbit/s, slower than any link an integration runs on; a stalled client is cut after
-# send_timeout, one that trickles below this pace after at most a few send_timeouts.
+# send_timeout, one that trickles below this pace at the end of the first window it
+# falls short in.
 MIN_SEND_RATE: Final = 8 * 1024
 
 
