@@ -235,6 +235,8 @@ def _run_server(args: argparse.Namespace, path: Path) -> int:
         LEASESTAR_SEND_TIMEOUT=str(args.send_timeout),
         LEASESTAR_KEEP_ALIVE_TIMEOUT=str(args.keep_alive_timeout),
         LEASESTAR_MAX_CONNECTIONS=str(args.max_connections),
+        LEASESTAR_RESERVED_CONNECTIONS=str(args.reserved_connections),
+        LEASESTAR_MAX_CONNECTIONS_PER_ADDRESS=str(args.max_connections_per_address),
         LEASESTAR_METRICS_ADDRESS=str(metrics_address or "off"),
     )
     config = uvicorn.Config(
