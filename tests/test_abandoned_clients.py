@@ -45,6 +45,7 @@ WAIT = 60  # a long poll's wait: far longer than any deadline below
 RELEASED_WITHIN = 30.0  # seconds for the server to let go of what a client left
 ANSWERED_WITHIN = 10.0  # seconds for the next request after abandoned polls
 ABANDONED_STREAMS = 40
+SHORT_SEND_TIMEOUT = 2  # seconds
 # Files the server may hold beyond those at rest: SQLite keeps the descriptor of a closed
 # connection's database file open, to reuse, while another connection of the process
 # holds a lock on that file (a POSIX lock would go with it), as the read pool's do.
@@ -196,6 +197,26 @@ def test_a_stream_stalled_then_closed_releases_its_snapshot(
         assert until(lambda: not whole_wal_checkpointed(db)), checkpoint(db)
     # ... and once it has gone, nothing does.
     assert_released(server, db, idle_files)
+
+
+@pytest.fixture(scope="module")
+def impatient_server(db: Path) -> Iterator[Server]:
+    """A server that disconnects a client taking none of a response for 2 s."""
+    flags = ("--rate-limit", "off", "--log-format", "off")
+    with serve(db, *flags, "--send-timeout", str(SHORT_SEND_TIMEOUT)) as running:
+        yield running
+
+
+def test_a_stream_stalled_past_the_send_timeout_releases_its_snapshot(
+    impatient_server: Server, db: Path, token: str
+) -> None:
+    with socket.create_connection(("127.0.0.1", impatient_server.port), timeout=30) as sock:
+        sock.sendall(stream_request(token))
+        receive(sock, 1)
+        write_some(db)
+        # The client stays connected and reads nothing: the connection layer resets it
+        # after the send timeout, and the stream ends with it.
+        assert until(lambda: whole_wal_checkpointed(db)), checkpoint(db)
 
 
 def test_a_head_of_a_stream_reads_no_snapshot(
