@@ -33,6 +33,7 @@ from leasestar.applicants.pipeline import (
 from leasestar.auth import create_token, list_tokens, revoke_token
 from leasestar.config import ListenAddress
 from leasestar.database import open_for_write, read_uri
+from leasestar.log_lines import install_formatter
 from leasestar.rate_limit import WindowCounter, counter_path
 from leasestar.replica.layout import refuse_writes, replica_of
 
@@ -254,6 +255,7 @@ def _run_server(args: argparse.Namespace, path: Path) -> int:
         # every field of an answer costs uvicorn ~1 us to check and write.
         server_header=False,
     )
+    install_formatter(args.log_format)  # the supervisor's lines, with --workers > 1
     listeners = [ListenAddress(args.host, args.port)]
     if metrics_address is not None:
         # One more listener for the same app, which serves /metrics there and only there.
