@@ -77,6 +77,7 @@ def create_app(settings: Settings | None = None, *, direct_route: bool = True) -
         app.state.metrics_address = settings.metrics_address
         app.state.cursor_codec = CursorCodec(await reader.cursor_key())
         app.state.tokens = TokenRegistry(settings.db_path)
+        pool.reopen_with(app.state.tokens)
         if limits is not None:
             limits.open()
         try:
