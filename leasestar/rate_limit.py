@@ -263,10 +263,10 @@ class WindowCounter:
 
     def _follow_path(self) -> bool:
         """Whether the file counted in was no longer the path's (and is not now)."""
+        held = os.fstat(self._fd)
         try:
-            held = os.fstat(self._fd)
             at_path: os.stat_result | None = os.stat(self._path)
-        except FileNotFoundError:
+        except OSError:  # gone, or its directory no longer searchable: opened again below
             at_path = None
         if (
             at_path is not None
