@@ -32,7 +32,7 @@ file only reads short or fails, which the counter notices and answers (`_check`)
   (its link count, or the path's inode) and count in the file now at the path, creating
   it if none is, so servers sharing the database share one budget again; one line,
   logged by the worker that created it;
-- not writable (`chattr +i`, a read-only file system, a file put there that is not one):
+- not writable (`chattr +i`, a read-only file system) or not openable (a directory):
   the worker counts in its own memory (a budget per worker process), one line, and goes
   back to the file, one more line, once it can be used again.
 
@@ -145,6 +145,18 @@ def _probe(table: bytes, digest: bytes, now: int) -> tuple[int | None, int | Non
     return None, reusable
 
 
+def _make_whole(fd: int) -> str | None:
+    """Clear the file if it is not a whole table (the lock is held): how it was found
+    then, else None (whole: another worker may have cleared it first)."""
+    size = os.fstat(fd).st_size
+    if size == _SIZE and os.pread(fd, len(_MAGIC), 0) == _MAGIC:
+        return None
+    os.ftruncate(fd, 0)
+    os.ftruncate(fd, _SIZE)
+    os.pwrite(fd, _MAGIC, 0)
+    return f"cut to {size:,} of its {_SIZE:,} bytes" if size < _SIZE else "overwritten"
+
+
 class WindowCounter:
     """The rate-limit file: counts requests per key, atomically across processes.
 
@@ -161,6 +173,9 @@ class WindowCounter:
         self._checked_at = 0
         self._in_memory = False
         self._fd = -1
+        # Serving (a worker's counter), a file damaged since the server's start is ours
+        # to clear; at the start it may be another program's, and is refused.
+        self._serving = fallback
         try:
             fd, _ = self._open_path()
         except DatabaseError as error:
@@ -184,30 +199,45 @@ class WindowCounter:
                 f"cannot use the rate-limit file {self._path}: {error.strerror}"
             ) from None
         try:
-            self._prepare(fd)
+            cleared = self._prepare(fd, created)
         except BaseException:
             os.close(fd)
             raise
+        if cleared is not None:
+            self._say_cleared(cleared)
         return fd, created
 
-    def _prepare(self, fd: int) -> None:
-        """Give a new file its table, under the lock (every worker starts at once)."""
+    def _prepare(self, fd: int, created: bool) -> str | None:
+        """Give a new file its table, under the lock (every worker starts at once); how a
+        damaged one was found, when serving, once cleared."""
         fcntl.flock(fd, fcntl.LOCK_EX)
         try:
             size = os.fstat(fd).st_size
-            if size == 0:
+            if created or size == 0:  # (another worker's, made a moment ago, may be empty)
                 os.ftruncate(fd, _SIZE)
                 os.pwrite(fd, _MAGIC, 0)
-            elif size != _SIZE or os.pread(fd, len(_MAGIC), 0) != _MAGIC:
+                return None
+            if self._serving:
+                return _make_whole(fd)
+            if size != _SIZE or os.pread(fd, len(_MAGIC), 0) != _MAGIC:
                 raise DatabaseError(
                     f"{self._path} {_FOREIGN}: move it away (it holds only counts of open windows)"
                 )
+            return None
         except OSError as error:
             raise DatabaseError(
                 f"cannot use the rate-limit file {self._path}: {error.strerror}"
             ) from None
         finally:
             fcntl.flock(fd, fcntl.LOCK_UN)
+
+    def _say_cleared(self, how: str) -> None:
+        logger.warning(
+            "rate-limit file %s was %s while serving: cleared it, every token's window "
+            "starts again",
+            self._path,
+            how,
+        )
 
     def _use(self, fd: int, *, in_memory: bool) -> None:
         """Count in `fd` from now on; what this worker knew of the last one is dropped."""
@@ -292,17 +322,9 @@ class WindowCounter:
         """Give the cut or overwritten file a new table, under the lock: the worker that
         finds it so first does it, and logs it."""
         fd = self._fd
-        cleared: str | None = None  # how it was found, when this worker cleared it
         fcntl.flock(fd, fcntl.LOCK_EX)
         try:
-            size = os.fstat(fd).st_size
-            if size != _SIZE or os.pread(fd, len(_MAGIC), 0) != _MAGIC:
-                os.ftruncate(fd, 0)
-                os.ftruncate(fd, _SIZE)
-                os.pwrite(fd, _MAGIC, 0)
-                cleared = (
-                    f"cut to {size:,} of its {_SIZE:,} bytes" if size < _SIZE else "overwritten"
-                )
+            cleared = _make_whole(fd)
         except OSError as error:
             failure: str | None = f"cannot write the rate-limit file {self._path}: {error.strerror}"
         else:
@@ -315,12 +337,7 @@ class WindowCounter:
         self._slots.clear()
         self._leases.clear()
         if cleared is not None:
-            logger.warning(
-                "rate-limit file %s was %s while serving: cleared it, every token's window "
-                "starts again",
-                self._path,
-                cleared,
-            )
+            self._say_cleared(cleared)
 
     def _recover(self, error: Exception) -> None:
         """After a read or write of the file failed: find why, and make the next one work."""

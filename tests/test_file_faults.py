@@ -119,7 +119,7 @@ def test_a_damaged_rate_limit_file_is_cleared_and_counting_goes_on(
         assert lines == [
             f"rate-limit file {path} was {said} while serving: cleared it, every token's "
             "window starts again"
-        ]
+        ], [str(record["message"]) for record in log_records(server)]
         # The window started again once cleared (before, r only fell), and is counted
         # exactly from there, by both workers in the one file.
         restart = after.index(BUDGET - 1)
