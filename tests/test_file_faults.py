@@ -18,6 +18,7 @@ Every wait has a deadline; nothing is timed but the one-second checks, waited ou
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import subprocess
@@ -30,7 +31,8 @@ import httpx
 import pytest
 
 from leasestar.applicants.pipeline import write_records
-from leasestar.database import open_for_write
+from leasestar.database import DatabaseError, open_for_write
+from leasestar.rate_limit import WindowCounter
 from leasestar.seed.generator import synthetic_applicants
 from tests.test_hardening import Server, copy_database, new_token, query_one, serve
 
@@ -311,3 +313,28 @@ def test_the_wal_index_check_leaves_an_untouched_database_alone(db: Path, token:
             time.sleep(CHECK_WAIT)
         assert lines_saying(server, "WAL index") == []
     assert query_one(db, "PRAGMA quick_check") == "ok"
+
+
+def test_a_worker_starting_on_a_damaged_file_clears_it_where_the_start_refuses(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A worker the supervisor starts again while serving opens the file as it is now:
+    damaged since the server's start, it is ours to clear (one line). `leasestar serve`'s
+    own first look refuses it: it may be another program's file."""
+    path = tmp_path / "db-ratelimit"
+    WindowCounter(path).close()
+    os.truncate(path, 1000)
+    with pytest.raises(DatabaseError, match="is not a leasestar rate-limit file"):
+        WindowCounter(path)
+    assert path.stat().st_size == 1000  # refused untouched
+    with caplog.at_level(logging.WARNING, logger="leasestar.rate_limit"):
+        counter = WindowCounter(path, fallback=True)
+    try:
+        assert counter.count("token", 5, 60)[0] == 1
+    finally:
+        counter.close()
+    assert [record.getMessage() for record in caplog.records] == [
+        f"rate-limit file {path} was cut to 1,000 of its {FILE_SIZE:,} bytes while serving: "
+        "cleared it, every token's window starts again"
+    ]
+    assert path.stat().st_size == FILE_SIZE
