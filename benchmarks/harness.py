@@ -50,21 +50,6 @@ NICE = -10
 _NAMES = {"run": "bench", "cursor_depth": "cursor-depth"}
 
 
-def callgrind_instructions(arguments: Sequence[str], env: dict[str, str]) -> int:
-    """The instructions one Python run of `arguments` executes, by valgrind's callgrind
-    (with `env` over this process's environment, and a fixed hash seed)."""
-    command = [
-        "valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null",
-        sys.executable, *arguments,
-    ]  # fmt: skip
-    environment = {**os.environ, "PYTHONHASHSEED": "0", **env}
-    done = subprocess.run(command, capture_output=True, text=True, env=environment, check=True)
-    found = re.search(r"Collected : (\d+)", done.stderr)
-    if found is None:
-        raise RuntimeError(f"callgrind printed no count:\n{done.stderr[-2000:]}")
-    return int(found[1])
-
-
 def say(message: str) -> None:
     """A progress line on stderr, named after the script that runs."""
     stem = Path(sys.argv[0]).stem
