@@ -47,7 +47,7 @@ SERVER_CORE, CLIENT_CORE = "0", "1"
 SERVER_ENV = {"LEASESTAR_RATE_LIMIT": "off"}
 NICE = -10
 
-_NAMES = {"run": "bench", "cursor_depth": "cursor-depth"}
+_NAMES = {"run": "bench"}
 
 
 def say(message: str) -> None:
@@ -229,6 +229,20 @@ class WrkTarget:
 
 
 # --------------------------------------------------------------------------- servers
+
+
+def rss_kib(pid: int) -> int:
+    """The process's resident set, in KiB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise RuntimeError(f"no VmRSS for {pid}")
+
+
+def cpu_seconds(pid: int) -> float:
+    """The process's CPU time so far, every thread's (utime + stime)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def free_port() -> int:

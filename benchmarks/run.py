@@ -3,8 +3,8 @@ its servers: offset depth, cursor walks (`cursor_depth.py`), what clients do
 (`clients.py`), the query matrix (`matrix.py`) and the read pool (issue 2).
 
 Cases are data (`cases.py`); the floors are `floors.py`'s; servers, wrk and interleaved
-slices are `harness.py`'s; the report is rendered from the results (`report.py`).
-Method and figures: benchmarks/RESULTS.md.
+slices are `harness.py`'s; the report is rendered from the results (`report.py`, with
+the section texts of `sections.toml`). Method and figures: benchmarks/RESULTS.md.
 `--quick`: 100k rows, short slices, no cursor walks or pool. `--smoke DIR`: every step on
 2,000 and 10,000 rows with 1 s slices, every file written below DIR.
 """
@@ -100,12 +100,8 @@ def measure_extras(
     gzip_bytes = gzip.measured().wire_bytes
     extras = []
     for target, note in (
-        (tiny, "a bare Litestar app answering a 2-byte body"),
-        (
-            gzip,
-            "list default with Accept-Encoding: gzip (what browsers and most HTTP "
-            f"clients send); {gzip_bytes:,.0f} B per response on the wire",
-        ),
+        (tiny, provenance.text("list", "tiny")),
+        (gzip, provenance.text("list", "gzip", wire=gzip_bytes)),
     ):
         m = target.measured()
         extras.append({"name": target.name, "note": note, **asdict(m)})
