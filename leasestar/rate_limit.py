@@ -500,15 +500,16 @@ class TooManyAtOnce(TooManyRequestsException):
 
 
 # The limit's two fields, as the IETF's RateLimit header fields draft defines them
-# (draft-ietf-httpapi-ratelimit-headers-10): the policy, constant, and its state after this
-# request. Two fields where the draft's earlier versions (and Litestar's limiter) send
-# four: uvicorn scans every byte of every field against a pattern, and with the limiter's
-# work to make them the two fields more cost a get by id about 6 % of its instructions
-# (benchmarks/rate_limit_instructions.py). The state goes with every answer; the policy,
-# which the draft wants "consistent over a sequence of HTTP responses" and lets a server
-# leave out ("clients can still use the RateLimit header field to throttle"), with the
-# answer that opens a window and with every 429: on every answer it was a quarter of the
-# limit's cost (6,300 instructions of a get's 355,000).
+# (draft-ietf-httpapi-ratelimit-headers-10): the policy, constant, and its state after
+# this request. Two fields where the draft's earlier versions (and Litestar's limiter)
+# send four: uvicorn scans every byte of every field against a pattern, and with the
+# limiter's work to make them the two fields more cost a get by id about 6 % of its
+# instructions (benchmarks/rate_limit_instructions.py at commit d986a0d). The state goes
+# with every answer; the policy, which the draft wants "consistent over a sequence of
+# HTTP responses" and lets a server leave out ("clients can still use the RateLimit
+# header field to throttle"), with the answer that opens a window and with every 429: on
+# every answer it was a quarter of the limit's cost (6,300 instructions of a get's
+# 355,000).
 POLICY_FIELD: Final = "RateLimit-Policy"
 STATE_FIELD: Final = "RateLimit"
 POLICY_NAME: Final = "token"  # each token has its own budget
