@@ -7,6 +7,7 @@ from contextlib import asynccontextmanager
 from typing import Any, cast
 
 from litestar import Litestar, Router
+from litestar.logging.config import LoggingConfig
 from litestar.middleware import DefineMiddleware
 from litestar.middleware.rate_limit import RateLimitConfig
 from litestar.openapi import OpenAPIConfig
@@ -26,6 +27,7 @@ from leasestar.database import ReadPool, open_for_write
 from leasestar.docs import SchemaNotFound, docs_assets, docs_page
 from leasestar.errors import EXCEPTION_HANDLERS
 from leasestar.hygiene import HygieneMiddleware
+from leasestar.log_lines import install_formatter, logging_formatters
 from leasestar.observability import AccessLog, Metrics, ObservabilityMiddleware
 from leasestar.openapi import TAGS, finish_document
 from leasestar.rate_limit import SharedRateLimitMiddleware, TokenLimits, counter_path
@@ -46,6 +48,8 @@ def create_app(settings: Settings | None = None, *, direct_route: bool = True) -
     settings = settings or Settings.from_env()
     metrics = Metrics()
     access_log = AccessLog(settings.log_format)
+    # One line per record, whatever a request holds, in every logger that can quote one.
+    install_formatter(settings.log_format)
     # A replica's database is written only by its follower (`leasestar.replica`).
     layout = ReplicaLayout(settings.db_path)
     replica = layout if layout.marker() is not None else None
@@ -74,6 +78,7 @@ def create_app(settings: Settings | None = None, *, direct_route: bool = True) -
         app.state.metrics_address = settings.metrics_address
         app.state.cursor_codec = CursorCodec(await reader.cursor_key())
         app.state.tokens = TokenRegistry(settings.db_path)
+        pool.reopen_with(app.state.tokens)
         if limits is not None:
             limits.open()
         try:
@@ -108,6 +113,7 @@ def create_app(settings: Settings | None = None, *, direct_route: bool = True) -
         route_handlers=[api, ServiceController, docs_assets()],
         lifespan=[database],
         exception_handlers=EXCEPTION_HANDLERS,
+        logging_config=LoggingConfig(formatters=logging_formatters(settings.log_format)),
         middleware=middleware,
         openapi_config=OpenAPIConfig(
             title="leasestar",

@@ -90,6 +90,9 @@ PIPELINED_SEND_BUFFER: Final = 64 * 1024
 # send_timeout, one that trickles below this pace at the end of the first window it
 # falls short in.
 MIN_SEND_RATE: Final = 8 * 1024
+# Seconds over which a connection holding pipelined requests back must keep that pace: a
+# client that reads its answers drains 64 KiB (PIPELINED_SEND_BUFFER) in a round trip.
+PIPELINED_PACE_WINDOW: Final = 2
 
 
 _RESET_ON_CLOSE: Final = struct.pack("ii", 1, 0)  # struct linger {l_onoff, l_linger}
@@ -165,6 +168,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         # taken (`_taken`) when the current window began.
         self.send_timer: asyncio.TimerHandle | None = None
         self.taken_before = 0
+        self.pace_window = self.send_timeout  # the seconds the timer's window lasts
         # Without TCP_INFO: bytes drained from the transport's buffer while writes were
         # paused, and its size when they last paused.
         self.drained = 0
@@ -232,7 +236,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self.paused_size = self.transport.get_write_buffer_size()
         if self.send_timer is None:
             self.taken_before = self._taken()
-            self.send_timer = self.loop.call_later(self.send_timeout, self._check_send_pace)
+            self._arm_send_pace()
 
     def resume_writing(self) -> None:
         """The client took the buffer down to its low-water mark. The timer is not
@@ -246,11 +250,22 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         if not self.flow.write_paused:
             return  # the client caught up: the next pause starts a new window
         taken = self._taken()
-        if taken - self.taken_before < MIN_SEND_RATE * self.send_timeout:
+        if taken - self.taken_before < MIN_SEND_RATE * self.pace_window:
             self.abort()
             return
         self.taken_before = taken
-        self.send_timer = self.loop.call_later(self.send_timeout, self._check_send_pace)
+        self._arm_send_pace()
+
+    def _arm_send_pace(self) -> None:
+        """Check the client's pace in one window from now: `send_timeout`, or
+        PIPELINED_PACE_WINDOW for a connection holding pipelined requests back, whose
+        client has sent more requests than it reads answers of (issue 29: the attacker
+        that pipelines and never reads was cut after a whole send timeout, 32 s)."""
+        held = bool(self.unparsed)
+        self.pace_window = (
+            min(self.send_timeout, PIPELINED_PACE_WINDOW) if held else self.send_timeout
+        )
+        self.send_timer = self.loop.call_later(self.pace_window, self._check_send_pace)
 
     def _taken(self) -> int:
         """Bytes the client has taken of what was sent on this connection.

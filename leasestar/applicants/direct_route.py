@@ -1,11 +1,11 @@
 """`GET /v1/applicants/{id}` answered in front of Litestar's router, with the same rules.
 
 Get by id is the route clients call most, and its own work is small (a token check, one
-indexed row, an ETag). Measured in-process (`benchmarks/direct_route_cost.py`), 42 % of
-a get's instructions went to finding the route, building a `Request`, the signature and
-kwargs models, turning the handler's answer into a response and two exception layers;
-none of them decides anything for this route, whose one parameter is a string taken from
-the path and whose handler reads its query itself.
+indexed row, an ETag). Measured in-process (`benchmarks/direct_route_cost.py` at commit
+d986a0d), 42 % of a get's instructions went to finding the route, building a `Request`,
+the signature and kwargs models, turning the handler's answer into a response and two
+exception layers; none of them decides anything for this route, whose one parameter is a
+string taken from the path and whose handler reads its query itself.
 
 So this ASGI layer, placed in front of Litestar's ASGI handler (inside the observability,
 hygiene and compression wrappers, which see every request as before), answers the route
