@@ -163,7 +163,9 @@ def idle_files(server: Server, token: str) -> int:
 
 
 def access_lines(server: Server) -> list[dict[str, object]]:
-    return [json.loads(line) for line in server.log().splitlines() if line.startswith("{")]
+    """The access log's lines (the server's other lines are JSON too, without a method)."""
+    lines = [json.loads(line) for line in server.log().splitlines() if line.startswith("{")]
+    return [line for line in lines if "method" in line]
 
 
 def logged_statuses(server: Server) -> list[object]:
