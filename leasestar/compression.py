@@ -3,7 +3,8 @@
 Nearly every HTTP client asks for compression (requests, httpx and curl `--compressed`
 send `gzip, deflate` and often `br` or `zstd`), so a compressed page is the common
 case, not the exception. Measured on 100-record pages (~200 KB) of seeded applicants,
-one core, best of five (benchmarks/RESULTS.md has the run):
+one core, best of five (`benchmarks/codecs.py`, removed from the benchmarks since and
+kept in the history at commit d986a0d):
 
 | codec | us per page | ratio |
 |---|---:|---:|
