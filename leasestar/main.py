@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any, cast
@@ -31,6 +32,7 @@ from leasestar.rate_limit import SharedRateLimitMiddleware, TokenLimits, counter
 from leasestar.replica.layout import ReplicaLayout
 from leasestar.replica.status import ReplicaMetrics
 from leasestar.service import DatabaseFile, ServiceController
+from leasestar.webhooks.deliverer import Deliverer, run_deliverer
 
 UNAUTHENTICATED_PATHS = ["^/schema", "^/health", "^/metrics"]
 
@@ -75,9 +77,17 @@ def create_app(settings: Settings | None = None, *, direct_route: bool = True) -
         app.state.tokens = TokenRegistry(settings.db_path)
         if limits is not None:
             limits.open()
+        # Webhooks: one worker delivers, the others stand by (webhooks/deliverer.py);
+        # a replica never sends.
+        deliverer = Deliverer(settings.db_path) if replica is None else None
+        app.state.deliverer = deliverer
+        delivering = asyncio.create_task(run_deliverer(deliverer)) if deliverer else None
         try:
             yield
         finally:
+            if delivering is not None:
+                delivering.cancel()
+                await delivering
             access_log.flush()
             await app.state.change_watcher.close()
             app.state.tokens.close()
