@@ -38,6 +38,8 @@ from leasestar.config import (
 )
 from leasestar.database import DatabaseError, describe_failure
 from leasestar.replica.layout import ReplicaError
+from leasestar.webhooks import commands as webhook_commands
+from leasestar.webhooks.subscriptions import SubscriptionError
 
 EXIT_USAGE: Final = 2
 
@@ -298,6 +300,7 @@ def build_parser(settings: Settings) -> argparse.ArgumentParser:
     revoke = token_commands.add_parser("revoke", parents=[common], help="revoke a token by name")
     revoke.add_argument("name", metavar="NAME")
     revoke.set_defaults(handler=commands.token_revoke)
+    webhook_commands.add_parser(subcommands, common)
     return parser
 
 
@@ -310,7 +313,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser(settings).parse_args(argv)
     try:
         return int(args.handler(args))
-    except (commands.CommandError, DatabaseError, TokenError, ReplicaError) as error:
+    except (
+        commands.CommandError,
+        DatabaseError,
+        TokenError,
+        ReplicaError,
+        SubscriptionError,
+    ) as error:
         print(f"leasestar: {error}", file=sys.stderr)
         return 1
     except sqlite3.Error as error:

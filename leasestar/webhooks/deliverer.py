@@ -68,7 +68,7 @@ def _try_lock(path: Path) -> int | None:
     return descriptor
 
 
-def _events_query(subscription: Subscription) -> tuple[str, list[object]]:
+def events_query(subscription: Subscription) -> tuple[str, list[object]]:
     sql = f"SELECT {EVENT_COLUMNS} FROM webhook_events WHERE change_seq > ?"
     params: list[object] = []
     if subscription.integrations is not None:
@@ -149,7 +149,7 @@ class SubscriptionSender:
     def __init__(self, deliverer: Deliverer, subscription: Subscription) -> None:
         self._deliverer = deliverer
         self._id = subscription.id
-        self._query, self._params = _events_query(subscription)
+        self._query, self._params = events_query(subscription)
         self._cursor = subscription.delivered_through
         self._db = sqlite3.connect(
             read_uri(deliverer._path),
