@@ -137,9 +137,13 @@ async def test_query_parameters_are_documented_with_their_rules(document: Docume
         assert parameter["required"] is False, name
         assert parameter["description"], name
         assert parameter["schema"].get("type") in ("string", "integer", None), name
+    # changed_since: a sequence, or `latest` (issue 28): the integer branch holds the rule.
+    integer_since, latest = listed["changed_since"]["schema"]["anyOf"]
+    assert latest == {"type": "string", "enum": ["latest"]}
+    schemas = {name: listed[name]["schema"] for name in ("offset", "limit", "wait")}
     bounds = {
-        name: {key: listed[name]["schema"].get(key) for key in ("minimum", "maximum", "format")}
-        for name in ("offset", "limit", "changed_since", "wait")
+        name: {key: schema.get(key) for key in ("minimum", "maximum", "format")}
+        for name, schema in (schemas | {"changed_since": integer_since}).items()
     }
     assert bounds == {
         "offset": {"minimum": 0, "maximum": 2**63 - 1, "format": "int64"},
