@@ -33,6 +33,7 @@ from leasestar.replica.layout import ReplicaLayout
 from leasestar.replica.status import ReplicaMetrics
 from leasestar.service import DatabaseFile, ServiceController
 from leasestar.webhooks.deliverer import Deliverer, run_deliverer
+from leasestar.webhooks.metrics import WebhookCollector
 
 UNAUTHENTICATED_PATHS = ["^/schema", "^/health", "^/metrics"]
 
@@ -51,6 +52,8 @@ def create_app(settings: Settings | None = None, *, direct_route: bool = True) -
     layout = ReplicaLayout(settings.db_path)
     replica = layout if layout.marker() is not None else None
     replica_metrics = ReplicaMetrics(metrics.registry) if replica is not None else None
+    if replica is None:
+        metrics.registry.register(WebhookCollector(settings.db_path))
     limits = (
         TokenLimits(counter_path(settings.db_path), settings.token_concurrency)
         if settings.rate_limit is not None

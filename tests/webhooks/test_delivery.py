@@ -9,7 +9,9 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 from standardwebhooks.webhooks import Webhook
 
 from leasestar.database import open_for_write
@@ -225,3 +227,33 @@ def test_two_workers_deliver_each_event_once(db_file: Path, receiver: Receiver) 
     ids = [event["event_id"] for event in receiver.events()]
     assert len(ids) == len(set(ids)) == 50
     assert [event["change_seq"] for event in receiver.events()] == committed_changes(db_file)
+
+
+def test_metrics_count_pending_attempts_and_lag(db_file: Path) -> None:
+    def refuse(number: int, request: Received) -> tuple[int, dict[str, str]]:
+        return (202, {}) if number == 0 else (500, {"retry-after": "3600"})
+
+    with receiving(refuse) as receiver:
+        subscription_id, _ = subscribe(db_file, receiver.url)
+        with serve(db_file, "--log-format", "off", env=env(), metrics=True) as server:
+            import_records(db_file, source(1), source(2), source(3))
+            receiver.wait_for_count(2)
+            assert server.metrics_url is not None
+
+            def scraped() -> dict[tuple[str, str], float]:
+                text = httpx.get(server.metrics_url, timeout=10).text
+                return {
+                    (sample.name, next(iter(sample.labels.values()), "")): sample.value
+                    for family in text_string_to_metric_families(text)
+                    for sample in family.samples
+                    if sample.name.startswith("leasestar_webhook")
+                }
+
+            receiver.wait_for(
+                lambda _: scraped().get(("leasestar_webhook_attempts", "retry")) == 1,
+                "the retry counted",
+            )
+            figures = scraped()
+    assert figures[("leasestar_webhook_attempts", "delivered")] == 1
+    assert figures[("leasestar_webhook_pending_events", subscription_id)] == 2
+    assert figures[("leasestar_webhook_lag_seconds", subscription_id)] > 0
