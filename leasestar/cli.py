@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from typing import Final
 
 from leasestar import __version__, commands
-from leasestar.auth import TokenError
+from leasestar.auth import PERMISSIONS, TokenError
 from leasestar.config import (
     DEFAULT_DB,
     DEFAULT_RATE_LIMIT,
@@ -293,6 +293,12 @@ def build_parser(settings: Settings) -> argparse.ArgumentParser:
         action="append",
         metavar="ID",
         help="restrict the token to this integration_id (repeatable; none = all)",
+    )
+    create.add_argument(
+        "--permission",
+        action="append",
+        choices=PERMISSIONS,
+        help="also allow: webhooks (manage subscriptions at /v1/webhooks/); repeatable",
     )
     create.set_defaults(handler=commands.token_create)
     listing = token_commands.add_parser("list", parents=[common], help="list tokens")

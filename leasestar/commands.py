@@ -394,7 +394,12 @@ def token_create(args: argparse.Namespace) -> int:
     refuse_writes(db_path(args))
     connection = open_for_write(db_path(args))
     try:
-        token = create_token(connection, args.name, tuple(args.integration or ()))
+        token = create_token(
+            connection,
+            args.name,
+            tuple(args.integration or ()),
+            tuple(getattr(args, "permission", None) or ()),
+        )
     finally:
         connection.close()
     scope = ", ".join(sorted(set(args.integration))) if args.integration else "all integrations"

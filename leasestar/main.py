@@ -34,6 +34,7 @@ from leasestar.replica.status import ReplicaMetrics
 from leasestar.service import DatabaseFile, ServiceController
 from leasestar.webhooks.deliverer import Deliverer, run_deliverer
 from leasestar.webhooks.metrics import WebhookCollector
+from leasestar.webhooks.routes import WebhookController
 
 UNAUTHENTICATED_PATHS = ["^/schema", "^/health", "^/metrics"]
 
@@ -117,7 +118,7 @@ def create_app(settings: Settings | None = None, *, direct_route: bool = True) -
         api = Router("/", route_handlers=[ApplicantController], middleware=[middleware_of_api])
 
     app = Litestar(
-        route_handlers=[api, ServiceController, docs_assets()],
+        route_handlers=[api, ServiceController, WebhookController, docs_assets()],
         lifespan=[database],
         exception_handlers=EXCEPTION_HANDLERS,
         middleware=middleware,

@@ -1,0 +1,207 @@
+"""/v1/webhooks/: subscriptions over HTTP, in Propexo's shape (its OpenAPI's
+`/v1/webhooks/` and `/v1/webhooks/{webhook_id}`), for tokens created with
+`--permission webhooks`. To any other token these routes do not exist: the same 404 as
+an unknown path, whatever the method, so their existence is not disclosed.
+
+Differences from Propexo, each because leasestar has no use or no room for it: the
+`secret` is in the answer to the POST that makes it and nowhere else (it is printed
+once, as by the CLI); `triggers` are DATA_NEW and DATA_UPDATE, `model` is `applicants`;
+`headers` and `active: false` are refused rather than ignored; two fields of our own,
+`signing` (`propexo`, the default here, or `standard`) and `integrations`. A scoped
+token's subscriptions are limited to its integrations, and it sees only those.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Annotated, Any, Final
+
+import msgspec
+from litestar import Controller, Request, Response, route
+from litestar.datastructures import State
+from litestar.enums import HttpMethod
+from litestar.exceptions import NotFoundException
+from litestar.params import PathParameter
+
+from leasestar.auth import TokenHolder
+from leasestar.database import open_for_write
+from leasestar.errors import error_response
+from leasestar.instants import format_instant
+from leasestar.openapi import error_responses
+from leasestar.webhooks.outbox import EVENT_TYPES
+from leasestar.webhooks.subscriptions import (
+    Subscription,
+    SubscriptionError,
+    create_subscription,
+    find_subscription,
+    list_subscriptions,
+    revoke_subscription,
+)
+
+PERMISSION: Final = "webhooks"
+MODEL: Final = "applicants"
+_ALL_METHODS: Final = [
+    HttpMethod.GET,
+    HttpMethod.POST,
+    HttpMethod.PUT,
+    HttpMethod.PATCH,
+    HttpMethod.DELETE,
+]
+_encode = msgspec.json.Encoder().encode
+
+
+class WebhookInput(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    url: str
+    triggers: list[str]
+    model: str = MODEL
+    secret: str | None = None
+    active: bool = True
+    headers: list[dict[str, str]] = msgspec.field(default_factory=list)
+    signing: str = "propexo"
+    integrations: list[str] | None = None
+
+
+def _allowed(request: Request[TokenHolder, Any, State]) -> TokenHolder:
+    holder = request.user
+    if PERMISSION not in holder.permissions:
+        raise NotFoundException()  # as for a path that does not exist
+    return holder
+
+
+def _visible(holder: TokenHolder, subscription: Subscription) -> bool:
+    if holder.integrations is None:
+        return True
+    return (
+        subscription.integrations is not None and subscription.integrations <= holder.integrations
+    )
+
+
+def _shape(subscription: Subscription, secret: str | None = None) -> dict[str, Any]:
+    shaped: dict[str, Any] = {
+        "id": subscription.id,
+        "created_at": format_instant(subscription.created_at),
+        "updated_at": format_instant(subscription.updated_at),
+        "url": subscription.url,
+        "headers": [],
+        "active": subscription.active,
+        "triggers": [
+            {"id": f"{subscription.id}:{trigger}", "trigger": trigger, "model": MODEL}
+            for trigger in sorted(subscription.events)
+        ],
+        "signing": subscription.signing,
+        "integrations": sorted(subscription.integrations) if subscription.integrations else None,
+    }
+    if secret is not None:
+        shaped["secret"] = secret
+    return shaped
+
+
+def _json(body: object, status: int = 200) -> Response[bytes]:
+    return Response(content=_encode(body), status_code=status, media_type="application/json")
+
+
+def _connection(request: Request[Any, Any, State]) -> sqlite3.Connection:
+    return open_for_write(request.app.state.database_file.path)
+
+
+class WebhookController(Controller):
+    path = "/v1/webhooks"
+    tags = ["webhooks"]  # noqa: RUF012 - Litestar reads this class attribute as declared
+
+    @route(
+        "/",
+        http_method=_ALL_METHODS,
+        summary="List or create webhook subscriptions",
+        responses=error_responses(400, 401, 404, 405),
+    )
+    async def collection(self, request: Request[TokenHolder, Any, State]) -> Response[bytes]:
+        """GET: every subscription the token may see (`{"meta", "results"}`). POST: a new
+        subscription (`{"result"}`, with its secret: shown this once). Tokens without the
+        webhooks permission get 404."""
+        holder = _allowed(request)
+        if request.method == "GET":
+            connection = _connection(request)
+            try:
+                found = [s for s in list_subscriptions(connection) if _visible(holder, s)]
+            finally:
+                connection.close()
+            results = [_shape(s) for s in found if s.revoked_at is None]
+            return _json({"meta": {"total": len(results)}, "results": results})
+        if request.method != "POST":
+            return error_response(405)
+        return await self._create(request, holder)
+
+    async def _create(
+        self, request: Request[TokenHolder, Any, State], holder: TokenHolder
+    ) -> Response[bytes]:
+        try:
+            given = msgspec.json.decode(await request.body(), type=WebhookInput)
+        except msgspec.DecodeError as error:
+            return error_response(400, f"request body: {error}")
+        refusal = _refusal(given)
+        if refusal is not None:
+            return error_response(400, refusal)
+        integrations = set(given.integrations or ())
+        if holder.integrations is not None:
+            if not integrations <= holder.integrations:
+                return error_response(400, "integrations: outside this token's integrations")
+            integrations = integrations or set(holder.integrations)
+        connection = _connection(request)
+        try:
+            created = create_subscription(
+                connection,
+                given.url,
+                integrations=sorted(integrations),
+                events=given.triggers,
+                signing=given.signing,
+                secret=given.secret,
+            )
+        except SubscriptionError as error:
+            return error_response(400, str(error))
+        finally:
+            connection.close()
+        return _json({"result": _shape(created, created.secret)})
+
+    @route(
+        "/{webhook_id:str}",
+        http_method=_ALL_METHODS,
+        summary="Get or delete a webhook subscription",
+        responses=error_responses(400, 401, 404, 405),
+    )
+    async def item(
+        self,
+        request: Request[TokenHolder, Any, State],
+        webhook_id: Annotated[str, PathParameter(description="The subscription's id.")],
+    ) -> Response[bytes]:
+        """GET: the subscription (`{"result"}`, no secret). DELETE: revoke it (`{"result":
+        {"id"}}`); nothing more is sent to it. Tokens without the webhooks permission, and
+        ids the token may not see, get 404."""
+        holder = _allowed(request)
+        connection = _connection(request)
+        try:
+            found = find_subscription(connection, webhook_id)
+            if found is None or found.revoked_at is not None or not _visible(holder, found):
+                raise NotFoundException()
+            if request.method == "GET":
+                return _json({"result": _shape(found)})
+            if request.method != "DELETE":
+                return error_response(405)
+            revoke_subscription(connection, webhook_id)
+            return _json({"result": {"id": webhook_id}})
+        finally:
+            connection.close()
+
+
+def _refusal(given: WebhookInput) -> str | None:
+    if given.model != MODEL:
+        return f"model: only {MODEL!r} is served here"
+    if not given.triggers:
+        return "triggers: at least one of " + ", ".join(EVENT_TYPES)
+    unknown = sorted(set(given.triggers) - set(EVENT_TYPES))
+    if unknown:
+        return f"triggers: {unknown[0]!r} is not one of {', '.join(EVENT_TYPES)}"
+    if given.headers:
+        return "headers: custom headers are not supported"
+    if not given.active:
+        return "active: an inactive subscription is not supported; create it when ready"
+    return None
