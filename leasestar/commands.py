@@ -35,6 +35,7 @@ from leasestar.config import ListenAddress
 from leasestar.database import open_for_write, read_uri
 from leasestar.rate_limit import WindowCounter, counter_path
 from leasestar.replica.layout import refuse_writes, replica_of
+from leasestar.webhooks.retries import RetryPolicy, RetrySettingsError
 
 if TYPE_CHECKING:
     import uvicorn  # imported when serving: the other commands do without it
@@ -167,6 +168,10 @@ def serve(args: argparse.Namespace) -> int:
             raise CommandError(f"--metrics-address needs a port other than the API's ({args.port})")
         _check_port(metrics.host, metrics.port)
     path = db_path(args)
+    try:
+        RetryPolicy.from_env()  # refused here in one line, not by each worker with a trace
+    except RetrySettingsError as error:
+        raise CommandError(str(error)) from None
     if args.replica_of is not None:
         return _serve_replica(args, path)
     following = replica_of(path)

@@ -95,3 +95,24 @@ def test_deliveries_show_what_was_sent_the_answer_and_what_is_pending(db_path: P
     assert f"{first['event_id']} attempt 1: delivered 202 'ok'" in shown
     assert f"{second['event_id']} attempt 1: retry 500 'ok' next attempt" in shown
     assert "pending: 2 event(s)" in shown  # the refused one and the one behind it
+
+
+def test_a_bad_retry_setting_is_refused_in_one_line(db_path: Path) -> None:
+    import subprocess
+    import sys
+
+    from tests.servers import free_port
+    from tests.test_cli_tokens import _clean_env
+
+    port = str(free_port())
+    result = subprocess.run(
+        [sys.executable, "-m", "leasestar", "serve", "--db", str(db_path), "--port", port],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**_clean_env(), "LEASESTAR_WEBHOOK_RETRY_HORIZON": "soon"},
+        check=False,
+    )
+    assert one_line_error(result) == (
+        "leasestar: LEASESTAR_WEBHOOK_RETRY_HORIZON must be a positive number of seconds"
+    )
