@@ -130,7 +130,7 @@ def seed_database(path: Path, count: int, seed: int) -> int:
         connection.close()
 
 
-def _open_to_read(path: Path) -> sqlite3.Connection:
+def open_to_read(path: Path) -> sqlite3.Connection:
     """A connection for a reading command: read-only on a replica, whose one writer is
     its follower; on a primary, opened as for writing (creating or migrating it)."""
     if replica_of(path) is None:
@@ -365,7 +365,7 @@ def export(args: argparse.Namespace) -> int:
     path = db_path(args)
     if not path.exists():
         raise CommandError(f"database does not exist: {path}")
-    connection = _open_to_read(path)
+    connection = open_to_read(path)
     try:
         progress = Progress("export")
         if sys.stderr.isatty():
@@ -414,7 +414,7 @@ def token_create(args: argparse.Namespace) -> int:
 
 
 def token_list(args: argparse.Namespace) -> int:
-    connection = _open_to_read(db_path(args))
+    connection = open_to_read(db_path(args))
     try:
         tokens = list_tokens(connection)
     finally:

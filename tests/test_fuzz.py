@@ -122,6 +122,11 @@ def test_every_route_is_documented(api_schema: OpenApiSchema) -> None:
         ("GET", "/v1/applicants/{id}"),
         ("GET", "/health"),
         ("GET", "/metrics"),
+        # issue 28: answered only to tokens with the webhooks permission
+        ("GET", "/v1/webhooks"),
+        ("POST", "/v1/webhooks"),
+        ("GET", "/v1/webhooks/{webhook_id}"),
+        ("DELETE", "/v1/webhooks/{webhook_id}"),
     }
 
 

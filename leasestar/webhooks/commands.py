@@ -11,9 +11,10 @@ import sqlite3
 from pathlib import Path
 from typing import Final
 
-from leasestar.database import open_for_write, read_uri
+from leasestar.commands import open_to_read
+from leasestar.database import open_for_write
 from leasestar.instants import format_instant, now_micros
-from leasestar.replica.layout import refuse_writes, replica_of
+from leasestar.replica.layout import refuse_writes
 from leasestar.webhooks.deliverer import events_query
 from leasestar.webhooks.outbox import EVENT_TYPES
 from leasestar.webhooks.subscriptions import (
@@ -42,9 +43,7 @@ def _writable(args: argparse.Namespace) -> sqlite3.Connection:
 
 
 def _readable(args: argparse.Namespace) -> sqlite3.Connection:
-    if replica_of(_path(args)) is None:
-        return open_for_write(_path(args))
-    return sqlite3.connect(read_uri(_path(args)), uri=True, isolation_level=None)
+    return open_to_read(_path(args))
 
 
 def add_parser(subcommands: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:  # type: ignore[type-arg]

@@ -17,11 +17,11 @@ import sqlite3
 from typing import Annotated, Any, Final
 
 import msgspec
-from litestar import Controller, Request, Response, route
+from litestar import Controller, Request, Response, delete, get, post, route
 from litestar.datastructures import State
 from litestar.enums import HttpMethod
 from litestar.exceptions import NotFoundException
-from litestar.params import PathParameter
+from litestar.params import FromPath, PathParameter
 
 from leasestar.auth import TokenHolder
 from leasestar.database import open_for_write
@@ -40,13 +40,6 @@ from leasestar.webhooks.subscriptions import (
 
 PERMISSION: Final = "webhooks"
 MODEL: Final = "applicants"
-_ALL_METHODS: Final = [
-    HttpMethod.GET,
-    HttpMethod.POST,
-    HttpMethod.PUT,
-    HttpMethod.PATCH,
-    HttpMethod.DELETE,
-]
 _encode = msgspec.json.Encoder().encode
 
 
@@ -108,32 +101,29 @@ class WebhookController(Controller):
     path = "/v1/webhooks"
     tags = ["webhooks"]  # noqa: RUF012 - Litestar reads this class attribute as declared
 
-    @route(
-        "/",
-        http_method=_ALL_METHODS,
-        summary="List or create webhook subscriptions",
-        responses=error_responses(400, 401, 404, 405),
-    )
-    async def collection(self, request: Request[TokenHolder, Any, State]) -> Response[bytes]:
-        """GET: every subscription the token may see (`{"meta", "results"}`). POST: a new
-        subscription (`{"result"}`, with its secret: shown this once). Tokens without the
-        webhooks permission get 404."""
+    @get("/", summary="List webhook subscriptions", responses=error_responses(401, 404))
+    async def list_webhooks(self, request: Request[TokenHolder, Any, State]) -> Response[bytes]:
+        """Every subscription the token may see: `{"meta": {"total"}, "results"}`, without
+        secrets. Tokens without the webhooks permission get 404."""
         holder = _allowed(request)
-        if request.method == "GET":
-            connection = _connection(request)
-            try:
-                found = [s for s in list_subscriptions(connection) if _visible(holder, s)]
-            finally:
-                connection.close()
-            results = [_shape(s) for s in found if s.revoked_at is None]
-            return _json({"meta": {"total": len(results)}, "results": results})
-        if request.method != "POST":
-            return error_response(405)
-        return await self._create(request, holder)
+        connection = _connection(request)
+        try:
+            found = [s for s in list_subscriptions(connection) if _visible(holder, s)]
+        finally:
+            connection.close()
+        results = [_shape(s) for s in found if s.revoked_at is None]
+        return _json({"meta": {"total": len(results)}, "results": results})
 
-    async def _create(
-        self, request: Request[TokenHolder, Any, State], holder: TokenHolder
-    ) -> Response[bytes]:
+    @post(
+        "/",
+        summary="Create a webhook subscription",
+        status_code=200,
+        responses=error_responses(400, 401, 404),
+    )
+    async def create_webhook(self, request: Request[TokenHolder, Any, State]) -> Response[bytes]:
+        """A new subscription: `{"result"}`, with its secret (shown this once). Tokens
+        without the webhooks permission get 404."""
+        holder = _allowed(request)
         try:
             given = msgspec.json.decode(await request.body(), type=WebhookInput)
         except msgspec.DecodeError as error:
@@ -162,34 +152,68 @@ class WebhookController(Controller):
             connection.close()
         return _json({"result": _shape(created, created.secret)})
 
-    @route(
+    @get(
         "/{webhook_id:str}",
-        http_method=_ALL_METHODS,
-        summary="Get or delete a webhook subscription",
-        responses=error_responses(400, 401, 404, 405),
+        summary="Get a webhook subscription",
+        responses=error_responses(401, 404),
     )
-    async def item(
+    async def get_webhook(
         self,
         request: Request[TokenHolder, Any, State],
         webhook_id: Annotated[str, PathParameter(description="The subscription's id.")],
     ) -> Response[bytes]:
-        """GET: the subscription (`{"result"}`, no secret). DELETE: revoke it (`{"result":
-        {"id"}}`); nothing more is sent to it. Tokens without the webhooks permission, and
-        ids the token may not see, get 404."""
+        """The subscription: `{"result"}`, without its secret; 404 for an id the token
+        may not see, and for tokens without the webhooks permission."""
         holder = _allowed(request)
         connection = _connection(request)
         try:
-            found = find_subscription(connection, webhook_id)
-            if found is None or found.revoked_at is not None or not _visible(holder, found):
-                raise NotFoundException()
-            if request.method == "GET":
-                return _json({"result": _shape(found)})
-            if request.method != "DELETE":
-                return error_response(405)
-            revoke_subscription(connection, webhook_id)
-            return _json({"result": {"id": webhook_id}})
+            return _json({"result": _shape(_found(connection, holder, webhook_id))})
         finally:
             connection.close()
+
+    @delete(
+        "/{webhook_id:str}",
+        summary="Delete (revoke) a webhook subscription",
+        status_code=200,
+        responses=error_responses(401, 404),
+    )
+    async def delete_webhook(
+        self,
+        request: Request[TokenHolder, Any, State],
+        webhook_id: Annotated[str, PathParameter(description="The subscription's id.")],
+    ) -> Response[bytes]:
+        """Revoke it (`{"result": {"id"}}`): nothing more is sent to it."""
+        holder = _allowed(request)
+        connection = _connection(request)
+        try:
+            _found(connection, holder, webhook_id)
+            revoke_subscription(connection, webhook_id)
+        finally:
+            connection.close()
+        return _json({"result": {"id": webhook_id}})
+
+    # The other methods: 404 without the permission, as on an unknown route (Litestar
+    # would answer 405 and so tell that the path exists); 405 with it. Not documented.
+    @route("/", http_method=[HttpMethod.PUT, HttpMethod.PATCH, HttpMethod.DELETE],
+           include_in_schema=False, status_code=405)  # fmt: skip
+    async def other_on_list(self, request: Request[TokenHolder, Any, State]) -> Response[bytes]:
+        _allowed(request)
+        return error_response(405)
+
+    @route("/{webhook_id:str}", http_method=[HttpMethod.POST, HttpMethod.PUT, HttpMethod.PATCH],
+           include_in_schema=False, status_code=405)  # fmt: skip
+    async def other_on_one(
+        self, request: Request[TokenHolder, Any, State], webhook_id: FromPath[str]
+    ) -> Response[bytes]:
+        _allowed(request)
+        return error_response(405)
+
+
+def _found(connection: sqlite3.Connection, holder: TokenHolder, webhook_id: str) -> Subscription:
+    found = find_subscription(connection, webhook_id)
+    if found is None or found.revoked_at is not None or not _visible(holder, found):
+        raise NotFoundException()
+    return found
 
 
 def _refusal(given: WebhookInput) -> str | None:

@@ -105,3 +105,13 @@ async def test_a_scoped_manager_sees_and_makes_only_its_integrations(
         "/v1/webhooks/", headers=scoped, json={**NEW, "integrations": ["int_2"]}
     )
     assert outside.status_code == 400
+
+
+async def test_with_the_permission_other_methods_are_405(
+    client: Client, db: sqlite3.Connection
+) -> None:
+    manager = bearer(create_token(db, "manager", permissions=("webhooks",)))
+    for method, path in (("PUT", "/v1/webhooks/"), ("PATCH", "/v1/webhooks/whk_0")):
+        answer = await client.request(method, path, headers=manager, json=NEW)
+        assert answer.status_code == 405
+        assert answer.json()["error"]["code"]
