@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
+import logging
 import os
 import sqlite3
 import time
@@ -51,6 +52,7 @@ SUBSCRIPTIONS_POLL_SECONDS: Final = 0.5
 BATCH: Final = 200
 ANSWER_BYTES: Final = 1024
 USER_AGENT: Final = f"leasestar-webhooks/{__version__}"
+logger = logging.getLogger("leasestar.webhooks")
 
 
 def lock_path(database: Path) -> Path:
@@ -87,6 +89,10 @@ class Deliverer:
         self.policy = policy or RetryPolicy.from_env()
         self.ledger = Ledger(path)
         self._subscriptions: dict[str, Subscription] = {}
+        # Where each sender got to, ahead of what the ledger has written: a sender started
+        # again (after an error) resumes here rather than send again what was done.
+        self.cursors: dict[str, int] = {}
+        self.gone: set[str] = set()  # answered 410: disabled, maybe not written yet
         self.holding = False
 
     def current(self, subscription_id: str) -> Subscription | None:
@@ -128,6 +134,16 @@ class Deliverer:
                 self._subscriptions = {s.id: s for s in active}
                 for subscription in active:
                     task = senders.get(subscription.id)
+                    if task is not None and task.done() and not task.cancelled():
+                        error = task.exception()
+                        if error is not None:
+                            logger.error(
+                                "webhook %s: sender stopped (%r); starting again",
+                                subscription.id,
+                                error,
+                            )
+                    if subscription.id in self.gone:
+                        continue
                     if task is None or task.done():
                         sender = SubscriptionSender(self, subscription)
                         senders[subscription.id] = asyncio.create_task(sender.run())
@@ -150,7 +166,7 @@ class SubscriptionSender:
         self._deliverer = deliverer
         self._id = subscription.id
         self._query, self._params = events_query(subscription)
-        self._cursor = subscription.delivered_through
+        self._cursor = max(subscription.delivered_through, deliverer.cursors.get(self._id, 0))
         self._db = sqlite3.connect(
             read_uri(deliverer._path),
             uri=True,
@@ -199,8 +215,10 @@ class SubscriptionSender:
                         if outcome == "revoked":
                             return
                         self._cursor = event.change_seq
+                        self._deliverer.cursors[self._id] = event.change_seq
                         self._deliverer.ledger.done(self._id, event.change_seq)
                         if outcome == "gone":
+                            self._deliverer.gone.add(self._id)
                             self._deliverer.ledger.disable(self._id, "410 Gone")
                             return
         finally:
