@@ -21,7 +21,7 @@ from litestar import Controller, Request, Response, delete, get, post, route
 from litestar.datastructures import State
 from litestar.enums import HttpMethod
 from litestar.exceptions import NotFoundException
-from litestar.params import FromPath, PathParameter
+from litestar.params import PathParameter
 
 from leasestar.auth import TokenHolder
 from leasestar.database import open_for_write
@@ -41,6 +41,13 @@ from leasestar.webhooks.subscriptions import (
 PERMISSION: Final = "webhooks"
 MODEL: Final = "applicants"
 _encode = msgspec.json.Encoder().encode
+_NOT_PERMITTED: Final = {
+    404: "The token lacks the webhooks permission: answered as for an unknown route."
+}
+_NOT_VISIBLE: Final = {
+    404: "No such subscription visible to this token, or the token lacks the webhooks "
+    "permission (answered as for an unknown route)."
+}
 
 
 class WebhookInput(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -101,7 +108,12 @@ class WebhookController(Controller):
     path = "/v1/webhooks"
     tags = ["webhooks"]  # noqa: RUF012 - Litestar reads this class attribute as declared
 
-    @get("/", summary="List webhook subscriptions", responses=error_responses(401, 404))
+    @get(
+        "/",
+        summary="List webhook subscriptions",
+        operation_id="listWebhooks",
+        responses=error_responses(400, 401, 404, described=_NOT_PERMITTED),
+    )
     async def list_webhooks(self, request: Request[TokenHolder, Any, State]) -> Response[bytes]:
         """Every subscription the token may see: `{"meta": {"total"}, "results"}`, without
         secrets. Tokens without the webhooks permission get 404."""
@@ -117,8 +129,9 @@ class WebhookController(Controller):
     @post(
         "/",
         summary="Create a webhook subscription",
+        operation_id="createWebhook",
         status_code=200,
-        responses=error_responses(400, 401, 404),
+        responses=error_responses(400, 401, 404, described=_NOT_PERMITTED),
     )
     async def create_webhook(self, request: Request[TokenHolder, Any, State]) -> Response[bytes]:
         """A new subscription: `{"result"}`, with its secret (shown this once). Tokens
@@ -155,7 +168,8 @@ class WebhookController(Controller):
     @get(
         "/{webhook_id:str}",
         summary="Get a webhook subscription",
-        responses=error_responses(401, 404),
+        operation_id="getWebhook",
+        responses=error_responses(400, 401, 404, described=_NOT_VISIBLE),
     )
     async def get_webhook(
         self,
@@ -174,8 +188,9 @@ class WebhookController(Controller):
     @delete(
         "/{webhook_id:str}",
         summary="Delete (revoke) a webhook subscription",
+        operation_id="deleteWebhook",
         status_code=200,
-        responses=error_responses(401, 404),
+        responses=error_responses(400, 401, 404, described=_NOT_VISIBLE),
     )
     async def delete_webhook(
         self,
@@ -203,7 +218,9 @@ class WebhookController(Controller):
     @route("/{webhook_id:str}", http_method=[HttpMethod.POST, HttpMethod.PUT, HttpMethod.PATCH],
            include_in_schema=False, status_code=405)  # fmt: skip
     async def other_on_one(
-        self, request: Request[TokenHolder, Any, State], webhook_id: FromPath[str]
+        self,
+        request: Request[TokenHolder, Any, State],
+        webhook_id: Annotated[str, PathParameter(description="The subscription's id.")],
     ) -> Response[bytes]:
         _allowed(request)
         return error_response(405)
