@@ -13,7 +13,10 @@ token's subscriptions are limited to its integrations, and it sees only those.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import sqlite3
+from pathlib import Path
 from typing import Annotated, Any, Final
 
 import msgspec
@@ -24,7 +27,7 @@ from litestar.exceptions import NotFoundException
 from litestar.params import PathParameter
 
 from leasestar.auth import TokenHolder
-from leasestar.database import open_for_write
+from leasestar.database import BUSY_TIMEOUT_MS, read_uri
 from leasestar.errors import error_response
 from leasestar.instants import format_instant
 from leasestar.openapi import error_responses
@@ -100,8 +103,51 @@ def _json(body: object, status: int = 200) -> Response[bytes]:
     return Response(content=_encode(body), status_code=status, media_type="application/json")
 
 
-def _connection(request: Request[Any, Any, State]) -> sqlite3.Connection:
-    return open_for_write(request.app.state.database_file.path)
+def _path(request: Request[Any, Any, State]) -> Path:
+    path: Path = request.app.state.database_file.path
+    return path
+
+
+# The handlers' database work runs on a thread: a write waits for the write lock, which
+# an import can hold for a while, and the event loop must not wait with it. The schema
+# is the server's own (applied on start): plain connections, no re-application.
+def _reading(path: Path) -> sqlite3.Connection:
+    return sqlite3.connect(read_uri(path), uri=True)
+
+
+def _writing(path: Path) -> sqlite3.Connection:
+    connection = sqlite3.connect(path, isolation_level=None)
+    connection.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+    return connection
+
+
+def _visible_subscriptions(path: Path, holder: TokenHolder) -> list[Subscription]:
+    with contextlib.closing(_reading(path)) as connection:
+        return [s for s in list_subscriptions(connection, include_revoked=False)
+                if _visible(holder, s)]  # fmt: skip
+
+
+def _one(path: Path, holder: TokenHolder, webhook_id: str) -> Subscription:
+    with contextlib.closing(_reading(path)) as connection:
+        return _found(connection, holder, webhook_id)
+
+
+def _create(path: Path, given: WebhookInput, integrations: list[str]) -> Subscription:
+    with contextlib.closing(_writing(path)) as connection:
+        return create_subscription(
+            connection,
+            given.url,
+            integrations=integrations,
+            events=given.triggers,
+            signing=given.signing,
+            secret=given.secret,
+        )
+
+
+def _revoke(path: Path, holder: TokenHolder, webhook_id: str) -> None:
+    with contextlib.closing(_writing(path)) as connection:
+        _found(connection, holder, webhook_id)
+        revoke_subscription(connection, webhook_id)
 
 
 class WebhookController(Controller):
@@ -118,12 +164,8 @@ class WebhookController(Controller):
         """Every subscription the token may see: `{"meta": {"total"}, "results"}`, without
         secrets. Tokens without the webhooks permission get 404."""
         holder = _allowed(request)
-        connection = _connection(request)
-        try:
-            found = [s for s in list_subscriptions(connection) if _visible(holder, s)]
-        finally:
-            connection.close()
-        results = [_shape(s) for s in found if s.revoked_at is None]
+        found = await asyncio.to_thread(_visible_subscriptions, _path(request), holder)
+        results = [_shape(s) for s in found]
         return _json({"meta": {"total": len(results)}, "results": results})
 
     @post(
@@ -149,20 +191,10 @@ class WebhookController(Controller):
             if not integrations <= holder.integrations:
                 return error_response(400, "integrations: outside this token's integrations")
             integrations = integrations or set(holder.integrations)
-        connection = _connection(request)
         try:
-            created = create_subscription(
-                connection,
-                given.url,
-                integrations=sorted(integrations),
-                events=given.triggers,
-                signing=given.signing,
-                secret=given.secret,
-            )
+            created = await asyncio.to_thread(_create, _path(request), given, sorted(integrations))
         except SubscriptionError as error:
             return error_response(400, str(error))
-        finally:
-            connection.close()
         return _json({"result": _shape(created, created.secret)})
 
     @get(
@@ -179,11 +211,8 @@ class WebhookController(Controller):
         """The subscription: `{"result"}`, without its secret; 404 for an id the token
         may not see, and for tokens without the webhooks permission."""
         holder = _allowed(request)
-        connection = _connection(request)
-        try:
-            return _json({"result": _shape(_found(connection, holder, webhook_id))})
-        finally:
-            connection.close()
+        found = await asyncio.to_thread(_one, _path(request), holder, webhook_id)
+        return _json({"result": _shape(found)})
 
     @delete(
         "/{webhook_id:str}",
@@ -199,12 +228,7 @@ class WebhookController(Controller):
     ) -> Response[bytes]:
         """Revoke it (`{"result": {"id"}}`): nothing more is sent to it."""
         holder = _allowed(request)
-        connection = _connection(request)
-        try:
-            _found(connection, holder, webhook_id)
-            revoke_subscription(connection, webhook_id)
-        finally:
-            connection.close()
+        await asyncio.to_thread(_revoke, _path(request), holder, webhook_id)
         return _json({"result": {"id": webhook_id}})
 
     # The other methods: 404 without the permission, as on an unknown route (Litestar
