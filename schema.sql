@@ -165,7 +165,8 @@ CREATE TABLE IF NOT EXISTS webhook_subscriptions (
 -- subscription is done with are deleted by the deliverer.
 CREATE TABLE IF NOT EXISTS webhook_events (
     change_seq     INTEGER NOT NULL PRIMARY KEY,
-    event_id       TEXT    NOT NULL UNIQUE,
+    -- 96 random bits: unique without a second index for every write to maintain
+    event_id       TEXT    NOT NULL,
     event_type     TEXT    NOT NULL,
     record_id      TEXT    NOT NULL,
     integration_id TEXT    NOT NULL,

@@ -74,6 +74,7 @@ class Outbox:
 
     def __init__(self, connection: sqlite3.Connection) -> None:
         self._db = connection
+        self._cursor = connection.cursor()  # reused: one per statement costs per row
         self._decoder = BodyDecoder.of(connection)
         self.recorded = 0
 
@@ -108,7 +109,7 @@ class Outbox:
         self, change_seq: int, kind: str, record_id: str, key: tuple[str, str], data: bytes
     ) -> None:
         integration_id, property_id = key
-        self._db.execute(
+        self._cursor.execute(
             _INSERT,
             (
                 change_seq,
