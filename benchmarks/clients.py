@@ -1,24 +1,8 @@
-"""What clients really do (issue 15): a different page each request, compressed answers,
-get by id, each beside its reference measured in the same run.
-
-`make bench` measures the hot case, the same first page again and again, with no
-`Accept-Encoding`. Clients do otherwise: a sync client or a script walking the list
-reads a different page each time, and nearly every HTTP library asks for compression.
-Cases, measured in interleaved slices with their references:
-
-- *first page, repeated*: the reference of the distinct pages (and its composite floor).
-- *distinct pages by offset*: each request `?offset=<random 0..rows-100>`, default order,
-  drawn by `wrk.lua` from a file of random offsets (a different page each time).
-- *distinct pages by cursor*: each request a `?cursor=` drawn among a few thousand
-  cursors of distinct pages, collected beforehand as a client gets them: a page at a
-  random offset gives `meta.next`, followed for `WALK` pages, from many random starts.
-- *distinct pages by offset, `Accept-Encoding: gzip` / `br` / `zstd`*: against the same
-  walk with identity, in req/s and in bytes on the wire per response (headers included).
-- *get by id*: random ids, against its composite floor (`floors.py`).
-
-Before measuring, each encoding's answer is checked: the `Content-Encoding` the server
-chose (a browser's `gzip, deflate, br, zstd` must get gzip, the cheapest for the server)
-and the decoded body byte-identical to the identity body.
+"""What clients really do (issue 15): distinct pages by offset and by cursor against the
+repeated first page, the offset walk with gzip, br and zstd against identity, get by id
+against its floor; each beside its reference in interleaved slices. Each encoding's
+answer is checked first: the `Content-Encoding` chosen (a browser's
+`gzip, deflate, br, zstd` must get gzip) and the decoded body byte-identical.
 """
 
 from __future__ import annotations
@@ -35,13 +19,13 @@ import brotli
 import floors
 from cases import Dataset, Settings, served_once, target_for
 from harness import KeepAlive, Measured, WrkTarget, say
+from provenance import section, table, text
 
 try:
     from compression import zstd  # type: ignore[import-not-found,unused-ignore]
 except ImportError:
     from backports import zstd  # type: ignore[no-redef,import-not-found,unused-ignore]
 
-BEGIN, END = "<!-- BEGIN clients -->", "<!-- END clients -->"
 CHART_NAME = "clients-bench.png"
 LIMIT = 100  # the default page size
 WALK = 20  # cursor pages followed from each random start
@@ -280,61 +264,61 @@ def _fmt(value: float | None, suffix: str = "x") -> str:
     return "-" if value is None else f"{value:.2f}{suffix}"
 
 
+def _database(result: ClientsResult) -> str:
+    """One database's cases, its composite floors and its targets, as markdown."""
+    rows = []
+    for case in result.cases.values():
+        m = case.measured
+        assert m is not None
+        against = (
+            result.cases[case.reference].label
+            if case.reference
+            else ("composite floor" if case.key in result.composite else "")
+        )
+        rows.append(
+            [case.label, f"{m.rps:,.0f}", f"{m.p50_ms:.2f}", f"{m.p99_ms:.2f}",
+             f"{m.wire_bytes:,.0f}", _fmt(result.ratio(case.key)), against]
+        )  # fmt: skip
+    for key, floor in result.composite.items():
+        rows.append([f"composite floor of {result.cases[key].label}", f"{floor:,.0f}", *[""] * 5])
+    targets = (
+        [what, f"{measured:.2f}x", needs, "PASS" if met else "MISS"]
+        for what, measured, needs, met in result.targets()
+    )
+    found = "; ".join(result.notes) if result.notes else "all as expected."
+    return "\n\n".join(
+        [
+            f"### {result.rows:,} applicants ({result.cursors:,} distinct cursor pages)",
+            table(
+                "| case | req/s | p50 ms | p99 ms | wire B/resp | ratio | against |",
+                "|---|---:|---:|---:|---:|---:|---|",
+                rows,
+            ),
+            table(
+                "| target (issue 15) | measured | needs | verdict |", "|---|---:|---:|---|", targets
+            ),
+            text("clients", "encodings", browser=BROWSER, found=found),
+        ]
+    )
+
+
 def markdown(
     results: list[ClientsResult], settings: Settings, command: str, when: str, commit: str
 ) -> str:
-    lines = [
-        BEGIN,
-        "## What clients do: distinct pages, compressed answers, get by id (issue 15)",
-        "",
-        f"Run {when} on commit `{commit}` with `{command}` (`benchmarks/clients.py`), "
-        f"{settings.seconds} measured "
-        f"seconds per case in {settings.slices} interleaved slices after a {settings.warmup} s "
-        "warm-up, wrk and `leasestar serve` pinned as in the list section. *Distinct pages by "
-        f"offset*: each request a random `offset` in 0..rows-{LIMIT} (default order, from "
-        f"{OFFSETS:,} drawn with a fixed seed; wrk.lua picks one per request). *By cursor*: "
-        "each request one of the cursors collected beforehand as a client gets them (a page "
-        f"at a random offset gives `meta.next`, followed {WALK} pages, from many random "
-        "starts). *Compressed*: the offset walk with `Accept-Encoding: gzip`, `br` or `zstd`, "
-        "ratio to the identity walk in req/s and in bytes on the wire per response (headers "
-        "included). *Get by id*: random ids, against its composite floor (list section). The "
-        "first page, repeated, is the reference of the distinct pages.",
-    ]
-    for result in results:
-        lines += [
-            "",
-            f"### {result.rows:,} applicants ({result.cursors:,} distinct cursor pages)",
-            "",
-            "| case | req/s | p50 ms | p99 ms | wire B/resp | ratio | against |",
-            "|---|---:|---:|---:|---:|---:|---|",
-        ]
-        for case in result.cases.values():
-            m = case.measured
-            assert m is not None
-            against = (
-                result.cases[case.reference].label
-                if case.reference
-                else ("composite floor" if case.key in result.composite else "")
-            )
-            lines.append(
-                f"| {case.label} | {m.rps:,.0f} | {m.p50_ms:.2f} | {m.p99_ms:.2f} | "
-                f"{m.wire_bytes:,.0f} | {_fmt(result.ratio(case.key))} | {against} |"
-            )
-        for key, floor in result.composite.items():
-            lines.append(
-                f"| composite floor of {result.cases[key].label} | {floor:,.0f} | | | | | |"
-            )
-        lines += ["", "| target (issue 15) | measured | needs | verdict |", "|---|---:|---:|---|"]
-        for what, measured, needs, met in result.targets():
-            lines.append(f"| {what} | {measured:.2f}x | {needs} | {'PASS' if met else 'MISS'} |")
-        lines += [
-            "",
-            "Encodings checked before measuring (`Content-Encoding` chosen, decoded body "
-            f"byte-identical to identity; `{BROWSER}` must get gzip): "
-            + ("; ".join(result.notes) if result.notes else "all as expected."),
-        ]
-    lines += ["", f"![req/s and bytes on the wire of each client case]({CHART_NAME})", "", END]
-    return "\n".join(lines)
+    return section(
+        "clients",
+        *(_database(result) for result in results),
+        f"![req/s and bytes on the wire of each client case]({CHART_NAME})",
+        when=when,
+        commit=commit,
+        command=command,
+        seconds=settings.seconds,
+        slices=settings.slices,
+        warmup=settings.warmup,
+        limit=LIMIT,
+        offsets=OFFSETS,
+        walk=WALK,
+    )
 
 
 def chart(results: list[ClientsResult], title: str, path: Path) -> None:

@@ -1,29 +1,18 @@
-"""Cursor walks at depth (issue 7): is the page at a deep cursor as fast as the first page?
-
-Part of `make bench` (on its 1,000,000-row database and servers); on its own:
-
-    .venv/bin/python benchmarks/cursor_depth.py [--rows N] [--seconds S] [--no-results]
+"""Cursor walks at depth (issue 7), run by `make bench` on its 1,000,000-row server.
 
 Cursors at 10%, 50% and 90% depth of each ordering of `ORDERINGS` are made without
-walking there: the record just before each depth is read with SQL, and the app's own
-`key_values` and `cursor_state` are signed with the database's key. Each cursor page is
-checked against the same page read by SQL with LIMIT/OFFSET, then every ordering's first
-page, its three cursor pages and offset=90% of the default ordering are measured in
-interleaved slices (wrk pinned to core 1, `leasestar serve` to core 0); a case's p50 is
-the median of its slices' p50s. Writes the cursors section of RESULTS.md. Target: for
-every ordering, p50 at 90% within 1.5x of its first page.
+walking there (the app's own `key_values` and `cursor_state`, signed with the database's
+key), each page checked against the SQL page at that position, then measured in
+interleaved slices. Target: per ordering, p50 at 90% within 1.5x of its first page.
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import statistics
-import sys
 import urllib.parse
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -31,13 +20,13 @@ import databases
 import harness
 import provenance
 from harness import CLIENT_CORE, CONNECTIONS, SERVER_CORE, WrkTarget, say
+from provenance import section, table, text
 
 from leasestar.applicants.bodies import register_json_body
 from leasestar.applicants.cursors import CursorCodec, key_values
 from leasestar.applicants.ordering import total_order
 from leasestar.applicants.query import ApplicantQuery, cursor_state, parse_order_by
 
-BEGIN, END = "<!-- BEGIN cursors -->", "<!-- END cursors -->"
 DEPTHS = (0.1, 0.5, 0.9)
 LIMIT = 100  # the default page size
 TARGET = 1.5
@@ -312,107 +301,42 @@ def walk(
 
 
 def markdown(result: Walk, command: str) -> str:
-    cases = result.cases
-    verdict = "PASS" if result.passed else "FAIL"
-    orderings = ", ".join(f"`{o.name}`" for o in ORDERINGS)
-    seconds = result.slices * result.slice_seconds
-    lines = [
-        BEGIN,
-        "## Cursor walks at depth (issue 7)",
-        "",
-        f"Run {datetime.now(UTC):%Y-%m-%d %H:%M} UTC on commit `{provenance.git_commit()}` with "
-        f"`{command}`: {result.rows:,} applicants, pages of {LIMIT} in the orderings "
-        f"{orderings}; {seconds} measured seconds per case in {result.slices} "
-        f"interleaved slices after a {result.warmup} s warm-up; load average "
-        f"{result.loads[0]} before, {result.loads[1]} after.",
-        "",
-        f"**Machine**: {provenance.describe_machine('python', 'sqlite', 'wrk')}. The machine is "
-        "shared with other work: absolute figures move with it, the interleaved ratios much "
-        "less.",
-        "",
-        "**Method**: `leasestar serve` (uvicorn, one worker, `LEASESTAR_RATE_LIMIT=off`) "
-        f"pinned to core {SERVER_CORE}; wrk (`-t1 -c{CONNECTIONS}`) pinned to core "
-        f"{CLIENT_CORE}. Each cursor is the app's own (`cursor_state` signed by "
-        "`CursorCodec` with the database's key) for the record just before the depth, "
-        "so no walk is needed to get there; before measuring, each page is checked to be "
-        "the SQL page at that position (the ordering written out from the contract, e.g. "
-        "`ORDER BY created_at DESC, id DESC LIMIT/OFFSET`). The nullable orderings are the "
-        "ones whose cursors cross a null block (the trailing nulls of a descending walk, "
-        "the leading ones of an ascending walk). p50 is the median of the slices' p50s.",
-        "",
+    errors = sum(case.measured.errors for case in result.cases if case.measured)
+    pages = table(
         "| ordering | page | position | req/s | p50 ms | p90 ms | p99 ms | body B "
         "| p50 x first page |",
         "|---|---|---:|---:|---:|---:|---:|---:|---:|",
-    ]
-    errors = 0
-    for case in cases:
-        assert case.measured is not None
-        errors += case.measured.errors
-        lines.append(
-            f"| `{case.ordering.name}` | {case.label} | {case.position:,} | "
-            f"{case.measured.rps:,.0f} | {case.p50:.2f} | "
-            f"{case.latency(90):.2f} | {case.latency(99):.2f} | "
-            f"{case.body_bytes:,} | {case.p50 / result.first_page(case).p50:.2f} |"
-        )
+        (
+            [f"`{case.ordering.name}`", case.label, f"{case.position:,}",
+             f"{case.measured.rps:,.0f}", f"{case.p50:.2f}", f"{case.latency(90):.2f}",
+             f"{case.latency(99):.2f}", f"{case.body_bytes:,}",
+             f"{case.p50 / result.first_page(case).p50:.2f}"]
+            for case in result.cases
+            if case.measured is not None
+        ),
+    )  # fmt: skip
     by_ordering = ", ".join(f"`{name}` {ratio:.2f}x" for name, ratio in result.ratios().items())
-    lines += [
-        "",
-        f"**Target** (issue 7 item 3): for every ordering, p50 at 90% depth within {TARGET}x "
-        f"of its first page: **{verdict}** ({by_ordering}). Non-2xx or socket errors during "
-        f"the run: {errors}.",
-        "",
-        "The offset row is for contrast only: this reader serves deep offsets from "
-        "checkpoints of the ordering (kept per data version), so they are fast too at "
-        "steady state; but an offset walk skips or repeats records when writes land "
-        "between its pages, which a cursor walk never does "
-        "(tests/applicants/test_cursor_properties.py).",
-        "",
-        END,
-    ]
-    return "\n".join(lines)
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rows", type=int, default=1_000_000, help="database size")
-    parser.add_argument("--seconds", type=int, default=9, help="measured seconds per case")
-    parser.add_argument("--slices", type=int, default=3, help="interleaved slices per case")
-    parser.add_argument("--warmup", type=int, default=1, help="warm-up seconds per case")
-    parser.add_argument("--no-offset", action="store_true", help="skip the offset=90%% case")
-    parser.add_argument("--no-results", action="store_true", help="do not write RESULTS.md")
-    parser.add_argument(
-        "--work",
-        type=Path,
-        default=harness.WORK,
-        help="where the database and the server log go (default benchmarks/work)",
+    verdict = "PASS" if result.passed else "FAIL"
+    target = text(
+        "cursors", "target", target=TARGET, verdict=verdict, by_ordering=by_ordering, errors=errors
     )
-    args = parser.parse_args(argv)
-    work = args.work.resolve()
-    harness.raise_priority()
-    harness.ensure_wrk()
-    command = ".venv/bin/python benchmarks/cursor_depth.py" + "".join(
-        f" {a}" for a in (argv if argv is not None else sys.argv[1:])
+    return section(
+        "cursors",
+        pages,
+        target,
+        when=provenance.now(),
+        commit=provenance.git_commit(),
+        command=command,
+        rows=result.rows,
+        limit=LIMIT,
+        orderings=", ".join(f"`{o.name}`" for o in ORDERINGS),
+        seconds=result.slices * result.slice_seconds,
+        slices=result.slices,
+        warmup=result.warmup,
+        load_before=result.loads[0],
+        load_after=result.loads[1],
+        machine=provenance.describe_machine("python", "sqlite", "wrk"),
+        server_core=SERVER_CORE,
+        client_core=CLIENT_CORE,
+        connections=CONNECTIONS,
     )
-    db = databases.ensure_database(args.rows, work)
-    token = databases.create_token(db, "cursor-depth")
-    with harness.leasestar_server("cursor-depth", db, work=work) as served:
-        result = walk(
-            db,
-            args.rows,
-            served.base,
-            token,
-            slices=args.slices,
-            slice_seconds=max(1, round(args.seconds / args.slices)),
-            warmup=args.warmup,
-            with_offset=not args.no_offset,
-        )
-    section = markdown(result, command)
-    print(section)
-    if not args.no_results:
-        provenance.write_section(section)
-        say(f"wrote the cursors section of {provenance.shown(provenance.RESULTS_MD)}")
-    return 0 if result.passed else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

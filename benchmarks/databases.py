@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
-import random
 import sqlite3
 import subprocess
 import sys
@@ -123,13 +122,3 @@ def create_token(db: Path, purpose: str, *integrations: str) -> str:
     if done.returncode != 0:
         raise RuntimeError(f"leasestar token create --name {name}: {done.stderr.strip()}")
     return done.stdout.strip().splitlines()[-1]
-
-
-def sample_ids(db: Path, count: int = 5000) -> list[str]:
-    """`count` applicant ids of `db`, drawn with a fixed seed: the same ids every run."""
-    connection = read_only(db)
-    try:
-        ids = [row[0] for row in connection.execute("SELECT id FROM applicants")]
-    finally:
-        connection.close()
-    return random.Random(7).sample(ids, count)

@@ -1,19 +1,10 @@
 """No token can starve the rest (issue 17, point 5): `python benchmarks/fairness.py`.
 
-One `leasestar serve` (one worker, the default rate limit of 600 requests a minute) over
-the 100k database. A light token asks what most clients ask, the first list page and
-one applicant by random id in turn, 8 a second on one keep-alive connection (under its
-own budget), each timed from request to last byte. A heavy token sends its full
-allowance, 10 a second whatever the answers, of the most expensive request found (an
-NDJSON stream of every record from a random `last_seen` on, ordered by `last_name`,
-gzip; see HEAVY_PATH), from a process of its own (so its threads do not slow the light
-client's timing), with up to 32 requests outstanding, as a client's connection pool.
-
-Slices alternate: the light token alone, then with the heavy token, and the heavy
-token's requests are drained before the next slice. Goal: the light token's p99 with the
-heavy token within 2x of its p99 alone. Each `--token-concurrency` value is a server of
-its own: `off` is the server before the cap. Writes the `fairness` section of
-`benchmarks/RESULTS.md`; `--quick` is a short look.
+A light token's latency (list page and get by id in turn, one connection) alone, then
+while a heavy token sends its full allowance of the most expensive request found
+(`HEAVY_PATH`) from a process of its own (so its threads do not slow the light client's
+timing); its requests are drained before the next slice. One server per
+`--token-concurrency` value (`off`: before the cap). Writes the `fairness` section.
 """
 
 from __future__ import annotations
@@ -137,7 +128,7 @@ class Variant:
     loaded: list[float] = field(default_factory=list)
     heavy: list[Heavy] = field(default_factory=list)
 
-    def row(self) -> str:
+    def row(self) -> list[str]:
         sent = sum(h.sent for h in self.heavy)
         skipped = sum(h.skipped for h in self.heavy)
         statuses: dict[int, int] = {}
@@ -146,15 +137,20 @@ class Variant:
                 statuses[status] = statuses.get(status, 0) + n
         served = [ms for h in self.heavy for ms in h.served_ms]
         ratio = percentile(self.loaded, 99) / percentile(self.alone, 99)
-        verdict = "✅" if ratio <= 2 else "❌"
-        return (
-            f"| {self.concurrency} | {len(self.alone)} | {percentile(self.alone, 50):.2f} | "
-            f"{percentile(self.alone, 99):.2f} | {percentile(self.loaded, 50):.2f} | "
-            f"{percentile(self.loaded, 99):.2f} | **{ratio:.2f}x** {verdict} | "
-            f"{sent:,} ({skipped:,} not sent) | {statuses.get(200, 0):,} | "
-            f"{statuses.get(429, 0):,} | "
-            f"{percentile(served, 50) / 1000 if served else 0:.2f} |"
-        )
+        return [
+            self.concurrency,
+            str(len(self.alone)),
+            *(
+                f"{percentile(values, p):.2f}"
+                for values in (self.alone, self.loaded)
+                for p in (50, 99)
+            ),
+            f"**{ratio:.2f}x** {'✅' if ratio <= 2 else '❌'}",
+            f"{sent:,} ({skipped:,} not sent)",
+            f"{statuses.get(200, 0):,}",
+            f"{statuses.get(429, 0):,}",
+            f"{percentile(served, 50) / 1000 if served else 0:.2f}",
+        ]
 
 
 def measure(variant: Variant, db: Path, rounds: int, seconds: float) -> None:
@@ -195,33 +191,27 @@ def measure(variant: Variant, db: Path, rounds: int, seconds: float) -> None:
 
 
 def report(variants: list[Variant], rounds: int, seconds: float, load: str, took: float) -> str:
-    return "\n".join(
-        [
-            "<!-- BEGIN fairness -->",
-            "## No token starves the rest (issue 17, point 5)",
-            "",
-            f"Run {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} on commit "
-            f"`{provenance.git_commit()}` with `.venv/bin/python benchmarks/fairness.py`: "
-            f"{ROWS:,} applicants, `leasestar serve` (one worker, pinned to one core, "
-            f"`--rate-limit 600/minute`, access log off), {rounds} rounds of {seconds:.0f} s "
-            "with the light token alone, then with the heavy token; measuring took "
-            f"{took / 60:.1f} min. Machine: {provenance.describe_machine()}; load average "
-            f"{load} before, {provenance.loadavg()} after.",
-            "",
-            f"Light token: the first list page and a get by random id in turn, {LIGHT_RATE} a "
-            f"second on one connection. Heavy token: its full allowance, {HEAVY_RATE} a second, "
-            "of an NDJSON stream (`Accept: application/x-ndjson`, gzip) of "
-            "`order-by=last_name:asc&last_seen_gte=<random>`, every match, up to "
-            f"{HEAVY_OUTSTANDING} outstanding. Goal: the light token's p99 with the heavy "
-            "token within 2x of its p99 alone.",
-            "",
+    return provenance.section(
+        "fairness",
+        provenance.table(
             "| `--token-concurrency` | light requests per phase | p50 alone ms | p99 alone ms "
             "| p50 with heavy ms | p99 with heavy ms | p99 ratio | heavy sent | heavy 200 "
             "| heavy 429 | heavy p50 s (200s) |",
             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
-            *(variant.row() for variant in variants),
-            "<!-- END fairness -->",
-        ]
+            (variant.row() for variant in variants),
+        ),
+        when=provenance.now(),
+        commit=provenance.git_commit(),
+        rows=ROWS,
+        rounds=rounds,
+        seconds=seconds,
+        minutes=took / 60,
+        machine=provenance.describe_machine(),
+        load_before=load,
+        load_after=provenance.loadavg(),
+        light_rate=LIGHT_RATE,
+        heavy_rate=HEAVY_RATE,
+        outstanding=HEAVY_OUTSTANDING,
     )
 
 

@@ -47,22 +47,7 @@ SERVER_CORE, CLIENT_CORE = "0", "1"
 SERVER_ENV = {"LEASESTAR_RATE_LIMIT": "off"}
 NICE = -10
 
-_NAMES = {"run": "bench", "cursor_depth": "cursor-depth"}
-
-
-def callgrind_instructions(arguments: Sequence[str], env: dict[str, str]) -> int:
-    """The instructions one Python run of `arguments` executes, by valgrind's callgrind
-    (with `env` over this process's environment, and a fixed hash seed)."""
-    command = [
-        "valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null",
-        sys.executable, *arguments,
-    ]  # fmt: skip
-    environment = {**os.environ, "PYTHONHASHSEED": "0", **env}
-    done = subprocess.run(command, capture_output=True, text=True, env=environment, check=True)
-    found = re.search(r"Collected : (\d+)", done.stderr)
-    if found is None:
-        raise RuntimeError(f"callgrind printed no count:\n{done.stderr[-2000:]}")
-    return int(found[1])
+_NAMES = {"run": "bench"}
 
 
 def say(message: str) -> None:
@@ -244,6 +229,20 @@ class WrkTarget:
 
 
 # --------------------------------------------------------------------------- servers
+
+
+def rss_kib(pid: int) -> int:
+    """The process's resident set, in KiB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise RuntimeError(f"no VmRSS for {pid}")
+
+
+def cpu_seconds(pid: int) -> float:
+    """The process's CPU time so far, every thread's (utime + stime)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def free_port() -> int:

@@ -1,33 +1,12 @@
-"""The query matrix (issue 17): every ordering against every kind of filter, with values
-drawn at random per request so that no cache answers, p50 and p99 of each combination.
+"""The query matrix (issue 17): every ordering against every kind of filter, values drawn
+at random per request so that no cache answers; p50 and p99 of each combination.
 
-Orderings: each sortable field in both directions, and a few multi-key orderings. Kinds
-of request, each the first page (limit 100) of that ordering:
-
-- no filter;
-- a date bound: `updated_at` or `last_seen`, `_gte` or `_lte`, at an instant drawn
-  uniformly over the column's range (a sync client's fresh timestamp, a date picker);
-- a date window: both bounds on one of those columns, 1-30% of its range wide;
-- an equality filter: `property_id`, `x_property_id`, `integration_id` or
-  `integration_vendor`, at one of the column's values;
-- an equality filter plus a date bound;
-- through a token scoped to one integration, and to two, each drawn from a few tokens,
-  plus a date bound (the scope alone takes a handful of values, which the count cache
-  would answer).
-
-Every request URL is generated up front from a fixed seed, in rounds: a round asks every
-combination once, in a shuffled order, so background load falls on all of them alike.
-One keep-alive connection (http.client, pinned to the client core) sends them one at a
-time and times each from request to last byte. A combination whose median over the
-first rounds is above `SLOW_MS` is asked no more (its figures are over fewer requests;
-the table says how many), so a slow build cannot stretch the run for hours. After the
-run, a sample of the responses' `meta.total` is checked against a direct `count(*)` on
-a read-only connection, with the WHERE written here from the contract.
-
-`make bench` runs it on each of its databases (`run.py`); on its own, on one database,
-printing its section of RESULTS.md (and writing it, with its chart, with `--results`):
-
-    .venv/bin/python benchmarks/matrix.py [--rows N] [--quick] [--results benchmarks/RESULTS.md]
+Requests are generated up front from a fixed seed, in rounds that ask every combination
+once in a shuffled order (background load falls on all alike), sent one at a time on one
+keep-alive connection and timed to the last byte. A combination slower than `SLOW_MS`
+after the first rounds is asked no more, so a slow build cannot stretch the run for
+hours. Method in full: the matrix section of RESULTS.md (`sections.toml`). On its own:
+`.venv/bin/python benchmarks/matrix.py [--rows N ...] [--quick] [--results FILE]`.
 """
 
 from __future__ import annotations

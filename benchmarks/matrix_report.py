@@ -14,8 +14,8 @@ from matrix import (
     Combination,
     MatrixResult,
 )
+from provenance import section, table, text
 
-BEGIN, END = "<!-- BEGIN matrix -->", "<!-- END matrix -->"
 CHART_NAME = "matrix-bench.png"
 
 
@@ -26,65 +26,63 @@ def _cell(c: Combination) -> str:
     return f"**{text}**" if c.p50 > TARGET_P50_MS else text
 
 
+def _database(result: MatrixResult) -> str:
+    """One database's combinations, its worst and its slowest requests, as markdown."""
+    worst = result.worst
+    requests = [len(c.samples) for c in result.combinations]
+    problems = (
+        f"{len(result.problems)} problems: " + "; ".join(result.problems[:5])
+        if result.problems
+        else "all exact."
+    )
+    size = text(
+        "matrix",
+        "size",
+        combinations=len(result.combinations),
+        fewest=min(requests),
+        most=max(requests),
+        requests=sum(requests),
+        seconds=result.seconds,
+        dropped=result.dropped,
+        first_seconds=result.first_seconds,
+        worst_ordering=worst.ordering,
+        worst_kind=worst.kind,
+        worst_p50=worst.p50,
+        worst_p99=worst.p99,
+        over=sum(1 for c in result.combinations if c.latencies and c.p50 > TARGET_P50_MS),
+        target_p50=TARGET_P50_MS,
+        p99_all=result.p99_all,
+        target_p99=TARGET_P99_MS,
+        checked=result.checked,
+        problems=problems,
+    )
+    by_key = {(c.ordering, c.kind): c for c in result.combinations}
+    orderings = dict.fromkeys(c.ordering for c in result.combinations)
+    grid = table(
+        "| order-by | " + " | ".join(KINDS) + " |",
+        "|---|" + "---:|" * len(KINDS),
+        ([f"`{o}`", *(_cell(by_key[o, kind]) for kind in KINDS)] for o in orderings),
+    )
+    samples = (s for c in result.combinations for s in c.samples)
+    slowest = sorted(samples, key=lambda s: -s.ms)[:5]
+    listed = "\n".join(f"- {s.ms:,.1f} ms: {s.request.shown()}" for s in slowest)
+    return "\n\n".join([f"### {result.rows:,} applicants", size, grid, "Slowest requests:", listed])
+
+
 def markdown(results: list[MatrixResult], command: str, when: str, commit: str) -> str:
-    lines = [
-        BEGIN,
-        "## Query matrix: every ordering against every kind of filter (issue 17)",
-        "",
-        f"Run {when} on commit `{commit}` with `{command}` (`benchmarks/matrix.py`). "
-        "The first page (limit 100) of each ordering (every sortable field both ways, and "
-        "multi-key orderings) with: no filter; a date bound (`updated_at` or `last_seen`, "
-        "`_gte` or `_lte`, at a random instant of the column's range); a date window (1-30% "
-        "of the range); an equality filter (`property_id`, `x_property_id`, `integration_id` "
-        "or `integration_vendor` at a random value); an equality filter plus a date bound; "
-        f"and a date bound through a token scoped to one and to two integrations (one of "
-        f"{SCOPE_TOKENS} tokens each). Values are drawn per request from a fixed seed, so no "
-        "cache answers (the equality filter alone has finitely many values, so its count "
-        f"may repeat). One keep-alive connection pinned to core {CLIENT_CORE} (`leasestar "
-        f"serve` on core {SERVER_CORE}, rate limit off), one request at a time, each timed "
-        "to its last byte; rounds ask every combination once, in a shuffled order. p99 is "
-        "by nearest rank, so with fewer than 100 requests it is the slowest. A combination "
-        f"whose median is over {SLOW_MS:.0f} ms after the first rounds is asked no more. "
-        f"Cells: p50 / p99 in ms, **bold** over the {TARGET_P50_MS:.0f} ms median target.",
-    ]
-    for result in results:
-        worst = result.worst
-        requests = [len(c.samples) for c in result.combinations]
-        over = sum(1 for c in result.combinations if c.latencies and c.p50 > TARGET_P50_MS)
-        lines += [
-            "",
-            f"### {result.rows:,} applicants",
-            "",
-            f"{len(result.combinations)} combinations, {min(requests)}-{max(requests)} requests "
-            f"each ({sum(requests):,} in {result.seconds:.0f} s; {result.dropped} dropped as "
-            f"slow; before them, the server's first list request, which waits for its columnar "
-            f"copy's first read, took {result.first_seconds:.1f} s). **Worst: "
-            f"`order-by={worst.ordering}`, {worst.kind}: p50 "
-            f"{worst.p50:.1f} ms, p99 {worst.p99:.1f} ms.** {over} combinations have a median "
-            f"over {TARGET_P50_MS:.0f} ms (target: none); p99 over all requests "
-            f"{result.p99_all:.1f} ms (target <= {TARGET_P99_MS:.0f} ms). `meta.total` of "
-            f"{result.checked} random answers checked against `count(*)`: "
-            + (
-                f"{len(result.problems)} problems: " + "; ".join(result.problems[:5])
-                if result.problems
-                else "all exact."
-            ),
-            "",
-            "| order-by | " + " | ".join(KINDS) + " |",
-            "|---|" + "---:|" * len(KINDS),
-        ]
-        by_key = {(c.ordering, c.kind): c for c in result.combinations}
-        orderings = dict.fromkeys(c.ordering for c in result.combinations)
-        for ordering in orderings:
-            cells = " | ".join(_cell(by_key[ordering, kind]) for kind in KINDS)
-            lines.append(f"| `{ordering}` | {cells} |")
-        slowest = sorted((s for c in result.combinations for s in c.samples), key=lambda s: -s.ms)[
-            :5
-        ]
-        lines += ["", "Slowest requests:", ""]
-        lines += [f"- {s.ms:,.1f} ms: {s.request.shown()}" for s in slowest]
-    lines += ["", f"![p50 of each combination]({CHART_NAME})", "", END]
-    return "\n".join(lines)
+    return section(
+        "matrix",
+        *(_database(result) for result in results),
+        f"![p50 of each combination]({CHART_NAME})",
+        when=when,
+        commit=commit,
+        command=command,
+        scope_tokens=SCOPE_TOKENS,
+        client_core=CLIENT_CORE,
+        server_core=SERVER_CORE,
+        slow_ms=SLOW_MS,
+        target_p50=TARGET_P50_MS,
+    )
 
 
 def chart(results: list[MatrixResult], title: str, path: Path) -> None:

@@ -1,22 +1,29 @@
 """What a benchmark's report records about its run, and where it goes.
 
 `machine`, `versions`, `describe_machine`, `loadavg`, `git_commit`: the lines every
-report carries; `write_section`: one section of `benchmarks/RESULTS.md` replaced, every
-other byte kept; `shown`: a path as typed from the repository root.
+report carries; `section`, `text`, `table`: a section rendered from its figures and its
+texts in `sections.toml`; `write_section`: one section of `benchmarks/RESULTS.md`
+replaced, every other byte kept; `shown`: a path as typed from the repository root.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import platform
 import sqlite3
 import subprocess
+import time
+import tomllib
+from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import Any
 
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
 RESULTS_MD = BENCH / "RESULTS.md"
+SECTIONS = BENCH / "sections.toml"  # each section's title and texts, with {fields}
 
 
 def shown(path: Path) -> str:
@@ -102,3 +109,34 @@ def write_section(section: str, path: Path = RESULTS_MD) -> None:
     else:
         text = text.rstrip("\n") + "\n\n" + section + "\n"
     path.write_text(text)
+
+
+def now() -> str:
+    return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+
+
+@functools.cache
+def _texts() -> dict[str, dict[str, str]]:
+    return tomllib.loads(SECTIONS.read_text())
+
+
+def text(key: str, part: str, **fields: Any) -> str:
+    """A text of section `key` in `sections.toml`, its `{fields}` filled in: the lines of
+    each paragraph joined into one, paragraphs kept apart by a blank line."""
+    paragraphs = _texts()[key][part].strip().split("\n\n")
+    return "\n\n".join(" ".join(p.split()) for p in paragraphs).format(**fields)
+
+
+def table(header: str, align: str, rows: Iterable[Sequence[object]]) -> str:
+    """A markdown table: its header and alignment lines, then a line per row of cells."""
+    lines = [header, align, *("| " + " | ".join(str(c) for c in row) + " |" for row in rows)]
+    return "\n".join(lines)
+
+
+def section(key: str, *blocks: str, name: str | None = None, **fields: Any) -> str:
+    """Section `name` (default `key`): its title and `intro` from `sections.toml`, then
+    `blocks` (tables, paragraphs; empty ones left out), between its BEGIN and END lines."""
+    name = name or key
+    heading = "## " + text(key, "title", **fields)
+    parts = [heading, text(key, "intro", **fields), *(b for b in blocks if b)]
+    return f"<!-- BEGIN {name} -->\n" + "\n\n".join(parts) + f"\n<!-- END {name} -->"

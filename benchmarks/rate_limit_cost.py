@@ -1,14 +1,8 @@
 """What the shared rate limit costs a request (issue 11): `python benchmarks/rate_limit_cost.py`.
 
-Two `leasestar serve` (one worker each) over the same 100k database: one with the rate
-limit off, one counting every request in the shared `<db>-ratelimit` file
-(`leasestar/rate_limit.py`) with a budget no run reaches. wrk drives list default and
-get by random id on each, in interleaved slices so background load hits both alike, on
-several pairs of freshly started servers; the difference in req/s is the limiter's cost
-(goal: under 5 %). Beside req/s, each server's CPU time per request (utime + stime from
-/proc over the slices): on a machine shared with other work, load moves req/s more than
-it moves the CPU a request takes. Writes the `rate-limit` section of
-`benchmarks/RESULTS.md`; `--pairs 2 --slices 2` is a quick look.
+Servers alike but for their limit (`SERVERS`), in interleaved slices on several sets of
+freshly started servers; req/s and each server's CPU time per request (which load moves
+less than req/s). Writes the `rate-limit` section; `--pairs 2 --slices 2` is a quick look.
 """
 
 from __future__ import annotations
@@ -19,7 +13,6 @@ import os
 import statistics
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 import databases
 import harness
@@ -44,12 +37,6 @@ SERVERS: dict[str, dict[str, str]] = {
 SAME_PROCESS = {"LEASESTAR_LOG_FORMAT": "off", "PYTHONHASHSEED": "0"}
 
 
-def cpu_seconds(pid: int) -> float:
-    """The process's CPU time so far, every thread's (utime + stime)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 @dataclass
 class Served:
     """A server under wrk, and the CPU it spent on the measured slices."""
@@ -59,9 +46,9 @@ class Served:
     cpu: float = 0.0
 
     def run(self, seconds: int) -> None:
-        before = cpu_seconds(self.pid)
+        before = harness.cpu_seconds(self.pid)
         self.target.run(seconds)
-        self.cpu += cpu_seconds(self.pid) - before
+        self.cpu += harness.cpu_seconds(self.pid) - before
 
     def cpu_us_per_request(self) -> float:
         return self.cpu / max(self.target.measured().requests, 1) * 1e6
@@ -113,7 +100,7 @@ def measure(seconds: int, slices: int, pairs: int) -> str:
                     f"set {pair + 1}/{pairs}, {case}: "
                     + ", ".join(f"{m.target.name} {m.target.measured().rps:,.0f}" for m in measured)
                 )
-    rows: list[str] = []
+    rows: list[list[str]] = []
     for case, sets in runs.items():
         off_rps = statistics.fmean(one[0].target.measured().rps for one in sets)
         off_cpu = statistics.fmean(one[0].cpu_us_per_request() for one in sets)
@@ -137,45 +124,29 @@ def measure(seconds: int, slices: int, pairs: int) -> str:
                 f"{case}, {name}: {rps:,.0f} req/s ({cost:+.1%}), {cpu:.0f} us CPU "
                 f"({cpu_cost:+.1%}) against {off_rps:,.0f} req/s, {off_cpu:.0f} us off"
             )
-        rows.append(f"| {case} | " + " | ".join(cells) + " |")
+        rows.append([case, *cells])
     busy = os.getloadavg()[0] > (os.cpu_count() or 1)
-    caveat = (
-        "**Provisional**: the machine was busy with other work (load average above its "
-        "cores), which moves req/s by more than the cost measured; a quiet run decides."
-        if busy
-        else ""
-    )
-    return "\n".join(
-        [
-            "<!-- BEGIN rate-limit -->",
-            "## The shared rate limit's cost (issue 11)",
-            "",
-            f"Run {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} on commit "
-            f"`{provenance.git_commit()}` with `make bench` (`benchmarks/rate_limit_cost.py`): "
-            f"{ROWS:,} applicants, `leasestar serve` (one worker, access log off, "
-            "`PYTHONHASHSEED=0`) with "
-            f"`LEASESTAR_RATE_LIMIT=off`, with `{NO_REFUSAL}` (every request counted in "
-            "`<db>-ratelimit`, none refused) and `LEASESTAR_TOKEN_CONCURRENCY=off` (the "
-            "rate limit alone), and with the same limit and the default per-token cap (2 "
-            "requests of a token at once, issue 17: wrk's 16 connections are one token, so "
-            f"its requests queue for their turns); wrk `-c{harness.CONNECTIONS}`; {pairs} "
-            f"sets of freshly started servers, each measured in {slices} interleaved slices "
-            f"of {seconds} s per server and case; a cost is the mean of the sets' costs (their "
-            "range in brackets), req/s and CPU the means of the sets'; measuring took "
-            f"{(time.monotonic() - started) / 60:.1f} min. Machine: "
-            f"{provenance.describe_machine()}; load average {load} before, "
-            f"{provenance.loadavg()} after. Goal: a cost under 5 % of req/s. CPU us/req: the "
-            "server's CPU time (all its threads) over the measured slices, per request. Two "
-            "servers started alike (both with the limit off) differ by up to 20 % for as "
-            "long as they live, which is why one pair cannot measure a 5 % cost.",
-            "",
+    return provenance.section(
+        "rate-limit",
+        provenance.table(
             "| case | off req/s | off CPU us/req | rate limit req/s | its cost | its CPU "
             "us/req | with the cap req/s | its cost | its CPU us/req |",
             "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
-            *rows,
-            *(["", caveat] if caveat else []),
-            "<!-- END rate-limit -->",
-        ]
+            rows,
+        ),
+        provenance.text("rate-limit", "busy") if busy else "",
+        when=provenance.now(),
+        commit=provenance.git_commit(),
+        rows=ROWS,
+        no_refusal=NO_REFUSAL,
+        connections=harness.CONNECTIONS,
+        pairs=pairs,
+        slices=slices,
+        seconds=seconds,
+        minutes=(time.monotonic() - started) / 60,
+        machine=provenance.describe_machine(),
+        load_before=load,
+        load_after=provenance.loadavg(),
     )
 
 

@@ -1,24 +1,11 @@
 """Edge replicas (issue 14): lag from a primary's commit to a replica serving it, and a
 replica's throughput against its primary's, caught up and while it applies an import.
 
-1. Copies the bench database of `--rows` applicants (`databases.ensure_database`) to
-   `WORK/replicas/primary.db`, runs `leasestar replicate` to a `file://` store beside it,
-   and serves the primary and a replica (`serve --replica-of`) side by side on the
-   server core, with wrk on the client core.
-2. Lag: `--imports` imports of 100 new applicants, one after another. For each, the time
-   from the primary's commit (its change sequence seen moving) to the replica serving it
-   (a get by id of one of the new records answering 200), both polled every 10 ms, with
-   its parts (the store, the follower's `-txid`); after the last import, to its
-   `meta.total` counting it too (which adds the count of the new total).
-3. Throughput: list default and get by id, the primary and the caught-up replica in
-   alternating slices; then the replica again, in slices, while it applies an import of
-   100,000 new applicants made on the primary (slices from the store holding it to the
-   replica serving it), against the primary's caught-up figure.
-4. Writes the "Edge replicas" section of RESULTS.md (`--out FILE` to write it elsewhere).
-
-`make bench` runs it last (with its `--quick` or `--smoke DIR`); `python
-benchmarks/replicas.py --rows 1000000` takes the 1M database; `--smoke DIR` runs every
-step on 2,000 rows with 1 s slices and writes below DIR only.
+The primary is a copy of the bench database, replicated with `leasestar replicate` to a
+`file://` store beside it; the replica (`serve --replica-of`) and the primary are served
+side by side on the server core, wrk on the client core. Method in full: the section's
+text in `sections.toml`. `make bench` runs it last (with its `--quick` or `--smoke
+DIR`); `--rows 1000000` takes the 1M database; `--out FILE` writes the section elsewhere.
 """
 
 from __future__ import annotations
@@ -52,7 +39,17 @@ from harness import (
     raise_priority,
     say,
 )
-from provenance import RESULTS_MD, describe_machine, git_commit, loadavg, write_section
+from provenance import (
+    RESULTS_MD,
+    describe_machine,
+    git_commit,
+    loadavg,
+    now,
+    section,
+    table,
+    text,
+    write_section,
+)
 
 from leasestar.replica.layout import FOLLOWED_NAME, ReplicaLayout
 
@@ -464,67 +461,55 @@ def _report(
     applying: list[tuple[WrkTarget, WrkTarget]],
     applied_in: float,
 ) -> str:
-    section = "edge-replicas" if args.rows == 100_000 else f"edge-replicas-{args.rows}"
     sizes = lags.file_bytes or [0]
     rows = []
     for (primary, replica), (primary_meanwhile, during) in zip(pairs, applying, strict=True):
         p, r = primary.measured(), replica.measured()
-        case = primary.name.removeprefix("primary ")
-        row = f"| {case} | {_rps(p)} | {_rps(r)} | {_ratio(r, p)} | "
+        row = [primary.name.removeprefix("primary "), _rps(p), _rps(r), _ratio(r, p)]
         if during.slices:
             m, d = primary_meanwhile.measured(), during.measured()
-            row += f"{_rps(m)} | {_rps(d)} | {_ratio(d, m)} |"
+            row += [_rps(m), _rps(d), _ratio(d, m)]
         else:
-            row += "- | - | - |"
+            row += ["-", "-", "-"]
         rows.append(row)
-    return "\n".join(
-        [
-            f"<!-- BEGIN {section} -->",
-            f"## Edge replicas, {args.rows:,} applicants",
-            "",
-            f"`python benchmarks/replicas.py --rows {args.rows}` at {git_commit()}, "
-            f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; {describe_machine()}; "
-            f"load average {loadavg()} at the end (a shared machine: provisional figures).",
-            "",
-            f"Lag from a primary's commit to a replica serving it, {len(lags.served)} "
-            f"imports of {IMPORT_ROWS} applicants into {args.rows:,}, one after another "
-            "(leasestar's intervals: the primary's litestream looks at the WAL and ships "
-            "every 250 ms; the replica's follows the store at litestream's default, every "
-            f"1 s), load average {lags.load} when they began. Served: from the commit (the "
-            "primary's change sequence seen moving) to a get by id of one of the new "
-            "records answering 200 on the replica, polled every "
-            f"{POLL_SECONDS * 1000:.0f} ms: p50 {_p50(lags.served)}, p99 {_p99(lags.served)}, "
-            f"max {max(lags.served):.2f} s (target: p99 <= 3 s), after one import not "
-            "counted: the first after the replica caught up, while it was still starting "
-            f"(its follower restoring its own copy), took {lags.first_after_start:.2f} s. "
-            "Its parts, at the median: "
-            f"{_p50(lags.shipped)} to the import's file in the store (the primary's "
-            f"litestream), {_p50(lags.followed)} to the replica's litestream having written "
-            f"it into its file (its `-txid`), {_p50(lags.applied)} to the replica serving it "
-            f"(leasestar's apply); the files were {statistics.median(sizes) / 1e6:.0f} "
-            f"MB at the median ({min(sizes) / 1e6:.0f}-{max(sizes) / 1e6:.0f} MB, "
-            f"{len(sizes)} seen: 100 random rows touch a leaf of each of "
-            "the table's indexes). Counted: after the last import only, to `meta.total` of "
-            "a list request counting it, which adds the replica's first count of the new "
-            f"total: {lags.counted[-1]:.2f} s.",
-            "",
-            "Requests a second, wrk at 16 connections on the client core, each server on "
-            f"the server core, {args.slice} s slices alternating primary and replica. "
-            + (
-                f"Then the same while the replica applied {BIG_IMPORT_ROWS:,} new applicants "
-                f"imported on the primary ({applied_in:.0f} s from the store holding them to "
-                "the replica serving them; the follower runs 10 nice levels below the "
-                "server, so under wrk's full load it gets little CPU and takes long)."
-                if not args.skip_applying
-                else "(`--skip-applying`: not measured while a large change is applied.)"
-            ),
-            "",
+    if args.skip_applying:
+        applying_text = text("edge-replicas", "skipped")
+    else:
+        applying_text = text(
+            "edge-replicas", "applying", big_rows=BIG_IMPORT_ROWS, applied_in=applied_in
+        )
+    return section(
+        "edge-replicas",
+        table(
             "| case | primary | replica | replica / primary | primary meanwhile | "
             "replica applying | applying / primary |",
             "|---|---|---|---|---|---|---|",
-            *rows,
-            f"<!-- END {section} -->",
-        ]
+            rows,
+        ),
+        name="edge-replicas" if args.rows == 100_000 else f"edge-replicas-{args.rows}",
+        rows=args.rows,
+        commit=git_commit(),
+        when=now(),
+        machine=describe_machine(),
+        load=loadavg(),
+        imports=len(lags.served),
+        import_rows=IMPORT_ROWS,
+        lag_load=lags.load,
+        poll_ms=POLL_SECONDS * 1000,
+        served_p50=_p50(lags.served),
+        served_p99=_p99(lags.served),
+        served_max=max(lags.served),
+        first=lags.first_after_start,
+        shipped=_p50(lags.shipped),
+        followed=_p50(lags.followed),
+        applied=_p50(lags.applied),
+        size_p50=statistics.median(sizes) / 1e6,
+        size_min=min(sizes) / 1e6,
+        size_max=max(sizes) / 1e6,
+        sizes=len(sizes),
+        counted=lags.counted[-1],
+        slice=args.slice,
+        applying=applying_text,
     )
 
 

@@ -14,10 +14,10 @@ import harness
 import matrix
 from cases import Case
 from harness import BENCH, CLIENT_CORE, CONNECTIONS, SERVER_CORE, SERVER_ENV
+from provenance import section, table, text
 
 NOTES = BENCH / "list-notes.md"  # hand-written analysis of a run, kept with the figures
 CHART_NAME = "list-bench.png"
-BEGIN, END = "<!-- BEGIN list -->", "<!-- END list -->"
 
 
 @dataclass
@@ -133,143 +133,112 @@ def fmt(value: float | None, digits: int = 0) -> str:
     return "-" if value is None else f"{value:,.{digits}f}"
 
 
-def case_table(results: list[CaseResult], with_rows: bool = False) -> list[str]:
-    lines = [
+def case_table(results: list[CaseResult], with_rows: bool = False) -> str:
+    rows = [
+        [
+            *([f"{r.rows:,}"] if with_rows else []),
+            r.case.label,
+            fmt(r.served.rps),
+            f"{r.served.p50_ms:.2f}",
+            f"{r.served.p99_ms:.2f}",
+            f"{r.body_bytes:,}",
+            f"{r.served.wire_bytes:,.0f}",
+            fmt(r.inprocess_rps),
+            fmt(r.http_floor.rps if r.http_floor else None),
+            fmt(r.composite),
+            fmt(r.ratio, 2),
+        ]
+        for r in results
+        if r.served is not None
+    ]
+    return table(
         ("| rows " if with_rows else "")
         + "| case | req/s | p50 ms | p99 ms | body B | wire B/resp | in-process /s "
         "| HTTP floor /s | composite /s | x composite |",
         ("|---:" if with_rows else "") + "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
-    ]
-    for r in results:
-        m = r.served
-        assert m is not None
-        lines.append(
-            (f"| {r.rows:,} " if with_rows else "")
-            + f"| {r.case.label} | {fmt(m.rps)} | {m.p50_ms:.2f} | {m.p99_ms:.2f} | "
-            f"{r.body_bytes:,} | {m.wire_bytes:,.0f} | {fmt(r.inprocess_rps)} | "
-            f"{fmt(r.http_floor.rps if r.http_floor else None)} | {fmt(r.composite)} | "
-            f"{fmt(r.ratio, 2)} |"
-        )
-    return lines
+        rows,
+    )
 
 
 def markdown(report: dict[str, Any], run: Run, targets: list[Target]) -> str:
-    s = report["settings"]
-    server_env = ", ".join(f"`{k}={v}`" for k, v in SERVER_ENV.items())
-    lines = [
-        BEGIN,
-        "## List path against its floors (issue 4)",
-        "",
-        f"Run {report['when']} on commit `{report['commit']}` with `{report['command']}`: "
-        f"{s['seconds']} measured seconds per case ({s['slices']} interleaved slices of "
-        f"{s['slice_seconds']} s) after a {s['warmup']} s warm-up, every process at nice "
-        f"{s['nice']}; {report['elapsed']}.",
-        "",
-        "**Machine**: "
-        + ", ".join(f"{k} {v}" for k, v in report["machine"].items())
-        + f"; load average {report['load_before']} before, {report['load_after']} after. "
-        "The machine is shared with other work, and that work takes CPU from wrk as well "
-        "as from the server: the fast floors sink first, so only a quiet run's ratios "
-        "count (HTTP floor near 7,000 req/s for a 216 KB body).",
-        "",
-        "**Versions**: " + ", ".join(f"{k} {v}" for k, v in report["versions"].items()) + ".",
-        "",
-        f"**Method**: `leasestar serve` (uvicorn, one worker; its defaults, with {server_env}) "
-        f"pinned to core {SERVER_CORE}; wrk (`-t1 -c{CONNECTIONS}`, `benchmarks/wrk.lua`, "
-        f"random ids for get by id) pinned to core {CLIENT_CORE}. *HTTP floor*: "
-        "`benchmarks/floor_app.py`, a bare Litestar app under the same uvicorn settings "
-        "answering the case's exact body. *In-process floor*: the page read and the byte "
-        "assembly with sqlite3 in a loop on the server core, SQL written in `run.py` from "
-        "the contract (not taken from `leasestar/`); the fastest of several plans (the plain "
-        "statement; for filters, the order's index walked with `+column`; for filters and "
-        "offsets on the default order, a keyset seek to an anchor looked up once, as a "
-        "cache of anchors would) and assemblies (rows+join or group_concat, as text or as "
-        "stored bytes), each checked byte-equal to the served body. "
-        "*Composite* = 1/(1/HTTP + 1/in-process). A case, its HTTP floor and its "
-        "in-process floor are measured in alternating slices, so background load hits them "
-        "alike. Every case's `meta.total` and page length are checked against a direct "
-        "`count(*)` first. Bytes: body (for get by id, of the first id; ids are random), "
-        "and bytes read per response, headers included, averaged over the run.",
-        "",
-        f"### {run.small:,} applicants",
-        "",
-        *case_table(run.cases[run.small]),
-        "",
-    ]
-    for extra in run.extras:
-        lines.append(
-            f"- {extra['name']}: {extra['rps']:,.0f} req/s, p50 {extra['p50_ms']:.2f} ms, "
-            f"p99 {extra['p99_ms']:.2f} ms ({extra['note']})."
-        )
-    if run.scale:
-        lines += [
-            "",
-            f"### {run.big:,} applicants, interleaved with {run.small:,}",
-            "",
-            "The 100k list default is measured again here, in turns with the 1M cases, so "
-            "the scale ratio compares like with like. The 1M cases' HTTP floors are the "
-            "100k ones (same body sizes).",
-            "",
-            *case_table(run.scale, with_rows=True),
-        ]
-    lines += [
-        "",
-        "### Targets (issue 4 item 3)",
-        "",
+    extras = "\n".join(
+        f"- {x['name']}: {x['rps']:,.0f} req/s, p50 {x['p50_ms']:.2f} ms, "
+        f"p99 {x['p99_ms']:.2f} ms ({x['note']})."
+        for x in run.extras
+    )
+    scale = (
+        f"### {run.big:,} applicants, interleaved with {run.small:,}\n\n"
+        + text("list", "scale")
+        + "\n\n"
+        + case_table(run.scale, with_rows=True)
+        if run.scale
+        else ""
+    )
+    verdicts = table(
         "| target | measured | needs | verdict |",
         "|---|---:|---:|---|",
-    ]
-    for t in targets:
-        lines.append(f"| {t.name} | {t.measured:.2f}x | >= {t.need:.2f}x | {t.verdict()} |")
-    lines += [
-        "",
-        "`meta.total` exact at steady state and right after an import is proved by the "
-        "test suite (issue 4 item 4); this run checks each measured case's total against "
-        "a direct count.",
-        "",
-        "### p50 against offset depth (default order, created_at desc)",
-        "",
+        ([t.name, f"{t.measured:.2f}x", f">= {t.need:.2f}x", t.verdict()] for t in targets),
+    )
+    depth = table(
         "| rows | offset | req/s | p50 ms | p99 ms | in-process pages/s |",
         "|---:|---:|---:|---:|---:|---:|",
-    ]
-    for rows, series in run.depth.items():
-        for r in series:
-            m = r.served
-            assert m is not None
-            lines.append(
-                f"| {rows:,} | {r.case.offset:,} | {m.rps:,.0f} | {m.p50_ms:.2f} | "
-                f"{m.p99_ms:.2f} | {fmt(r.inprocess_rps)} |"
-            )
-    lines += ["", "### One read connection or a pool (issue 2)", ""]
-    lines += (
-        [
-            f"`LEASESTAR_READ_CONNECTIONS`, {run.small:,} rows, the three servers measured "
-            "in turns.",
-            "",
+        (
+            [f"{rows:,}", f"{r.case.offset:,}", f"{r.served.rps:,.0f}", f"{r.served.p50_ms:.2f}",
+             f"{r.served.p99_ms:.2f}", fmt(r.inprocess_rps)]
+            for rows, series in run.depth.items()
+            for r in series
+            if r.served is not None
+        ),
+    )  # fmt: skip
+    pool = (
+        text("list", "pool", rows=run.small)
+        + "\n\n"
+        + table(
             "| read connections | case | req/s | p50 ms | p99 ms |",
             "|---:|---|---:|---:|---:|",
-        ]
-        if run.pool
-        else ["Not measured in a --quick run."]
-    )
-    for p in run.pool:
-        lines.append(
-            f"| {p['read_connections']} | {p['case']} | {p['rps']:,.0f} | "
-            f"{p['p50_ms']:.2f} | {p['p99_ms']:.2f} |"
+            (
+                [
+                    p["read_connections"],
+                    p["case"],
+                    f"{p['rps']:,.0f}",
+                    f"{p['p50_ms']:.2f}",
+                    f"{p['p99_ms']:.2f}",
+                ]
+                for p in run.pool
+            ),
         )
+        if run.pool
+        else "Not measured in a --quick run."
+    )
     notes = [n for rs in run.cases.values() for r in rs for n in r.notes]
-    if notes:
-        lines += ["", "**Correctness problems seen during the run**: " + "; ".join(notes)]
-    if NOTES.exists():
+    return section(
+        "list",
+        f"### {run.small:,} applicants",
+        case_table(run.cases[run.small]),
+        extras,
+        scale,
+        "### Targets (issue 4 item 3)",
+        verdicts,
+        text("list", "total"),
+        "### p50 against offset depth (default order, created_at desc)",
+        depth,
+        "### One read connection or a pool (issue 2)",
+        pool,
+        "**Correctness problems seen during the run**: " + "; ".join(notes) if notes else "",
         # Hand-written analysis of a run (profile, misses, suggestions): kept with the figures.
-        lines += ["", NOTES.read_text().rstrip("\n")]
-    lines += [
-        "",
+        NOTES.read_text().rstrip("\n") if NOTES.exists() else "",
         f"![each case against its floors; p50 against offset depth]({CHART_NAME})",
-        "",
-        END,
-    ]
-    return "\n".join(lines)
+        **{
+            **report,
+            **report["settings"],
+            "machine": ", ".join(f"{k} {v}" for k, v in report["machine"].items()),
+            "versions": ", ".join(f"{k} {v}" for k, v in report["versions"].items()),
+            "server_env": ", ".join(f"`{k}={v}`" for k, v in SERVER_ENV.items()),
+            "server_core": SERVER_CORE,
+            "client_core": CLIENT_CORE,
+            "connections": CONNECTIONS,
+        },
+    )
 
 
 def chart(run: Run, title: str, path: Path) -> None:

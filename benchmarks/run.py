@@ -1,52 +1,12 @@
-"""`make bench`: leasestar's list path under wrk, each case against its floors (issue 4).
+"""`make bench`: the list path under wrk against its floors (issue 4), and what rides on
+its servers: offset depth, cursor walks (`cursor_depth.py`), what clients do
+(`clients.py`), the query matrix (`matrix.py`) and the read pool (issue 2).
 
-What it does, in order:
-
-1. Installs wrk if it is missing (Debian's `wrk`), or says how.
-2. Builds databases of 100,000 and 1,000,000 applicants with `leasestar seed` in
-   `benchmarks/work/` (reused while they hold the right row count and were built from the
-   current schema and generator) and creates two tokens in each: one unscoped, one
-   scoped to a single integration.
-3. Serves each database as a user would (`leasestar serve`: uvicorn, one worker) pinned
-   to core 0 with `taskset`, and drives it with wrk (one thread, 16 connections) pinned to
-   core 1: a warm-up, then the measured seconds.
-4. Measures the floors in the same run: the *HTTP floor*, a bare Litestar app under the
-   same uvicorn settings answering the case's exact body (`floor_app.py`), and the
-   *in-process floor*, the same page's SQL and byte assembly with sqlite3 in a loop, no
-   HTTP, on the server's core. Composite floor = 1 / (1/HTTP + 1/in-process).
-5. Prints every case as a ratio to its floors, checks issue 4's targets, and writes the
-   list section of `benchmarks/RESULTS.md`, `benchmarks/list-results.json` and
-   `benchmarks/list-bench.png`.
-
-Also: p50 against offset depth; issue 7's cursor walks, the page at a cursor 10%, 50% and
-90% deep into the 1,000,000 rows against the first page (`cursor_depth.py`, on the same
-1M server; its own section of RESULTS.md); what clients do, on each database (issue 15,
-`clients.py`: distinct pages by offset and by cursor against the repeated first page,
-gzip/br/zstd against identity, get by id against its floor; the clients section); the
-query matrix on each database (issue 17, `matrix.py` and `matrix_report.py`: every
-ordering against every kind of filter, p50/p99 per combination; the matrix section); and
-issue 2's question, one read connection against a small pool
-(`LEASESTAR_READ_CONNECTIONS` = 1, 2, 4).
-
-The modules: `cases.py` (settings and cases, as data), `floors.py` (the in-process and
-HTTP floors), `report.py` (targets, the RESULTS.md section, the JSON and the chart),
-`profiling.py` (`--profile`); what every benchmark here shares is in `harness.py`
-(servers, pinning, wrk), `databases.py` (seeding, tokens) and `provenance.py` (machine,
-versions, commit, RESULTS.md sections).
-
-The machine is shared, so background load comes and goes. Figures that are compared
-with each other are therefore measured *interleaved*: every server stays up side by side
-on the server core (only the one under load uses it), and a case, its HTTP floor and its
-in-process floor take turns in short slices until each has its measured seconds. A
-burst of background load then hits all of them alike, and their ratio holds.
-
-`--quick` is for development: 100k rows only, 3 measured seconds per case, no cursor
-walks, no read-pool comparison, a reduced query matrix. `--smoke DIR` checks the whole
-run end to end in about three minutes: every step on 2,000 and 10,000 rows with 1 s
-slices, every file written below DIR (a copy of RESULTS.md included), nothing in
-`benchmarks/` touched.
-`--profile` runs py-spy on the server during the list-default and get-by-id cases
-instead, and prints where the time goes.
+Cases are data (`cases.py`); the floors are `floors.py`'s; servers, wrk and interleaved
+slices are `harness.py`'s; the report is rendered from the results (`report.py`, with
+the section texts of `sections.toml`). Method and figures: benchmarks/RESULTS.md.
+`--quick`: 100k rows, short slices, no cursor walks or pool. `--smoke DIR`: every step on
+2,000 and 10,000 rows with 1 s slices, every file written below DIR.
 """
 
 from __future__ import annotations
@@ -69,7 +29,6 @@ import floors
 import harness
 import matrix
 import matrix_report
-import profiling
 import provenance
 from cases import FULL, QUICK, SMOKE, Case, Dataset, Settings, offset_case, served_once, target_for
 from floors import interleave
@@ -141,12 +100,8 @@ def measure_extras(
     gzip_bytes = gzip.measured().wire_bytes
     extras = []
     for target, note in (
-        (tiny, "a bare Litestar app answering a 2-byte body"),
-        (
-            gzip,
-            "list default with Accept-Encoding: gzip (what browsers and most HTTP "
-            f"clients send); {gzip_bytes:,.0f} B per response on the wire",
-        ),
+        (tiny, provenance.text("list", "tiny")),
+        (gzip, provenance.text("list", "gzip", wire=gzip_bytes)),
     ):
         m = target.measured()
         extras.append({"name": target.name, "note": note, **asdict(m)})
@@ -357,7 +312,6 @@ def main(argv: list[str] | None = None) -> int:
         metavar="DIR",
         help="write RESULTS.md, the JSON and the charts below DIR (a copy updated in place)",
     )
-    parser.add_argument("--profile", action="store_true", help="py-spy the server instead")
     parser.add_argument(
         "--smoke",
         type=Path,
@@ -384,9 +338,6 @@ def main(argv: list[str] | None = None) -> int:
     priority = harness.raise_priority()
     harness.ensure_wrk()
     outputs.work.mkdir(parents=True, exist_ok=True)
-    if args.profile:
-        profiling.profile(settings, outputs.work)
-        return 0
     started = time.monotonic()
     for rows in settings.sizes:
         # All seeding first: it must not overlap a measurement.

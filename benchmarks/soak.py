@@ -1,29 +1,11 @@
-"""Soak benchmark (issue 5): the read API under steady load while an import writes.
+"""Soak benchmark (issue 5, `make soak`): the read API under steady load while an import
+writes; `python benchmarks/soak.py --rows 20000 --duration 15` is a quick look.
 
-    make soak                                    # 100k rows, 60 s, 64 connections
-    python benchmarks/soak.py --rows 20000 --duration 15   # a quick development run
-
-What it does, under benchmarks/work/ (git-ignored, reused between runs; `--work DIR` for
-another place):
-
-1. Takes the database of `--rows` applicants that `make bench` seeds,
-   `applicants-N.db` (`databases.ensure_database`: seeded with `leasestar seed` if
-   missing), copies it to `soak/soak.db`, and writes two NDJSON files of
-   `--import-rows` new applicants for the import to `soak/`: A, and B = A with one
-   field changed, so that every import in the loop writes every row.
-2. Starts `leasestar serve --rate-limit off --log-format off` (one worker) on a free port
-   (`harness.leasestar_server`, not pinned: wrk and the imports share both cores with it).
-3. Warms it up with 10 s of wrk, then reads the server's RSS ("start").
-4. Runs `leasestar import` of A, B, A, ... back to back, and meanwhile `--duration`
-   seconds of wrk at `--connections` connections, requests mixed half and half between
-   GET /v1/applicants/{random id} and list pages (default, limits 25-250, deep offsets,
-   orderings, filters), all with a bearer token.
-5. Reads the RSS again when wrk ends ("end"), lets the running import finish, stops the
-   server with SIGTERM, and writes its section of benchmarks/RESULTS.md (between
-   `<!-- BEGIN soak -->` and `<!-- END soak -->`, nothing else) plus soak/soak-results.json.
-
-Goals: no non-2xx answer and no socket error; end RSS within 10 % of start RSS.
-Exits non-zero when a goal is missed or an import fails.
+A copy of the bench database is served (`--rate-limit off`, not pinned: wrk and the
+imports share both cores with it) under wrk's mix of gets by id and list pages
+(`soak.lua`) while `leasestar import` rewrites every row of a file back to back. Goals:
+no non-2xx answer, no socket error, end RSS within 10 % of start RSS; exits non-zero
+when one is missed or an import fails. Writes the soak section and soak-results.json.
 """
 
 from __future__ import annotations
@@ -50,18 +32,10 @@ from harness import LEASESTAR, say
 
 from leasestar.config import Settings
 
-BEGIN, END = "<!-- BEGIN soak -->", "<!-- END soak -->"
 WARMUP_SECONDS = 10
 RSS_GOAL = 0.10
 
 SCRIPT = harness.BENCH / "soak.lua"  # half records by id, half list pages
-
-
-def rss_kib(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1])
-    raise RuntimeError(f"no VmRSS for {pid}")
 
 
 def copy_database(source: Path, target: Path) -> None:
@@ -220,48 +194,31 @@ def report(figures: dict[str, Any], command: str) -> str:
         f"{run['ended']:.0f} s (exit {run['returncode']})"
         for run in imports
     )
+    warmed = f"{mib(rss['idle'])} → {mib(rss['start'])}"
     rows = [
         ("requests", f"{requests:,} ({rate:,.0f}/s)", ""),
         ("non-2xx answers", str(wrk["non_2xx_3xx"]), f"0 {mark(wrk['non_2xx_3xx'] == 0)}"),
         ("socket errors (connect/read/write/timeout)", errors, f"0 {mark(socket_errors == 0)}"),
         ("latency p50 / p90 / **p99**", latency, ""),
         ("latency p99.9 / max", tail, ""),
-        (
-            "server RSS idle → start (after the warm-up)",
-            f"{mib(rss['idle'])} → {mib(rss['start'])}",
-            "",
-        ),
+        ("server RSS idle → start (after the warm-up)", warmed, ""),
         ("server RSS start → end", growth, f"within 10 % {mark(ok_rss)}"),
         ("server exit after SIGTERM", str(figures["server_exit"]), "0"),
-    ]
-    table = "\n".join(f"| {name} | {value} | {goal} |" for name, value, goal in rows)
+    ]  # fmt: skip
     trend = " → ".join(mib(kib) for kib in rss["every_second"][9::10])
-    commit = provenance.git_commit()
-    return f"""## Soak: reads under load while an import writes (issue 5)
-
-Command: `{command}` on commit `{commit}` ({figures["date"]}; {figures["machine"]}; load average
-{figures["load_before"]} before the run).
-
-{figures["rows"]:,} seeded applicants served by `leasestar serve --rate-limit off
---log-format off` (1 worker, {figures["read_connections"]} read connections). wrk with
-{figures["connections"]} connections and 2 threads for {figures["duration"]} s, after a
-{WARMUP_SECONDS} s warm-up: half `GET /v1/applicants/{{random id}}`, half list pages
-(default, limits 25-250, offsets, orderings, a date window, property and integration
-filters). All the while `leasestar import` ran back to back over two files of
-{figures["import_rows"]:,} applicants (A: new rows; B: every row of A changed), each in one
-transaction, the last one let finish after wrk stopped. Imports, in seconds from the
-start of the measured run: {runs}; {written} of {len(imports)} committed.
-
-| Measure | Value | Goal |
-|---|---|---|
-{table}
-
-Server RSS every 10 s of the measured run: {trend or "-"}.
-
-Verdict: {"all goals met" if ok_2xx and ok_rss else "GOAL MISSED"}. The machine was shared
-with other work during the run (see the load average), so the latencies are an upper
-bound, not this code's floor; the error counts and the RSS drift do not depend on it.
-"""
+    verdict = "all goals met" if ok_2xx and ok_rss else "GOAL MISSED"
+    return provenance.section(
+        "soak",
+        provenance.table("| Measure | Value | Goal |", "|---|---|---|", rows),
+        provenance.text("soak", "verdict", trend=trend or "-", verdict=verdict),
+        **figures,
+        command=command,
+        commit=provenance.git_commit(),
+        warmup=WARMUP_SECONDS,
+        runs=runs,
+        written=written,
+        import_count=len(imports),
+    )
 
 
 def main() -> int:
@@ -320,18 +277,18 @@ def main() -> int:
         stop=signal.SIGTERM,
     ) as server:
         try:
-            idle = rss_kib(server.pid)
+            idle = harness.rss_kib(server.pid)
             load_before = provenance.loadavg()
             say(
                 f"server up on {server.base}, RSS {idle / 1024:.1f} MiB; "
                 f"warming up {WARMUP_SECONDS} s"
             )
             run_wrk(script, server.base, WARMUP_SECONDS, args.connections, wrk_args)
-            start = rss_kib(server.pid)
+            start = harness.rss_kib(server.pid)
 
             def sample() -> None:
                 while not sampling.wait(1.0):
-                    samples.append(rss_kib(server.pid))
+                    samples.append(harness.rss_kib(server.pid))
 
             sampler = threading.Thread(target=sample, daemon=True)
             sampler.start()
@@ -339,7 +296,7 @@ def main() -> int:
             importer.start()
             say(f"RSS {start / 1024:.1f} MiB; {args.duration} s of wrk while imports run")
             measured = run_wrk(script, server.base, args.duration, args.connections, wrk_args)
-            end = rss_kib(server.pid)
+            end = harness.rss_kib(server.pid)
             sampling.set()
             sampler.join()
             loop.stop.set()
@@ -372,7 +329,7 @@ def main() -> int:
     text = report(figures, command)
     print(text)
     if not args.no_results:
-        provenance.write_section(f"{BEGIN}\n{text.rstrip()}\n{END}")
+        provenance.write_section(text)
         say(f"wrote the soak section of {provenance.shown(provenance.RESULTS_MD)}")
     socket_errors = sum(measured[k] for k in ("connect", "read", "write", "timeout"))
     drift = abs(end - start) / start

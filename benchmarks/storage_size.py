@@ -65,35 +65,27 @@ Result = tuple[int, int, int, list[tuple[str, int]], float]
 
 
 def section(results: list[Result], when: str) -> str:
-    lines = [
-        "<!-- BEGIN storage-size -->",
-        "## The database against its export (issue 15.4)",
-        "",
-        f"`python benchmarks/storage_size.py` at {provenance.git_commit()}, {when}: the seeded "
-        "databases of `make bench` (`leasestar seed --seed 0`), their file (WAL "
-        "checkpointed), `leasestar export` of each, and SQLite's `dbstat` account of every "
-        "table and index. Bytes per applicant; a body is stored as a zstd frame with a "
-        "dictionary trained on the records (`leasestar/applicants/bodies.py`).",
-        "",
+    rows = [
+        ["database file, MB", *(f"{size / 1e6:,.0f}" for _, size, *_ in results)],
+        ["export, MB", *(f"{exported / 1e6:,.0f}" for _, _, exported, *_ in results)],
+        ["database / export", *(f"{size / exported:.2f}x" for _, size, exported, *_ in results)],
+        ["database, B per applicant", *(f"{size / rows:,.0f}" for rows, size, *_ in results)],
+        ["export, B per applicant", *(f"{out / rows:,.0f}" for rows, _, out, *_ in results)],
+        ["stored body (mean), B", *(f"{body:,.0f}" for *_, body in results)],
     ]
-    header = "| | " + " | ".join(f"{rows:,} applicants" for rows, *_ in results) + " |"
-    lines += [header, "|---|" + "---:|" * len(results)]
-
-    def row(label: str, values: list[str]) -> None:
-        lines.append(f"| {label} | " + " | ".join(values) + " |")
-
-    row("database file, MB", [f"{size / 1e6:,.0f}" for _, size, *_ in results])
-    row("export, MB", [f"{exported / 1e6:,.0f}" for _, _, exported, *_ in results])
-    row("database / export", [f"{size / exported:.2f}x" for _, size, exported, *_ in results])
-    row("database, B per applicant", [f"{size / rows:,.0f}" for rows, size, *_ in results])
-    row("export, B per applicant", [f"{exported / rows:,.0f}" for rows, _, exported, *_ in results])
-    row("stored body (mean), B", [f"{body:,.0f}" for *_, body in results])
-    names = [name for name, _ in results[-1][3]]
-    for name in names:
-        sizes = [dict(found).get(name, 0) / rows for rows, _, _, found, _ in results]
-        row(f"`{name}`, B per applicant", [f"{value:,.0f}" for value in sizes])
-    lines += ["<!-- END storage-size -->"]
-    return "\n".join(lines)
+    for name, _ in results[-1][3]:
+        sizes = (dict(found).get(name, 0) / rows for rows, _, _, found, _ in results)
+        rows.append([f"`{name}`, B per applicant", *(f"{value:,.0f}" for value in sizes)])
+    return provenance.section(
+        "storage-size",
+        provenance.table(
+            "| | " + " | ".join(f"{rows:,} applicants" for rows, *_ in results) + " |",
+            "|---|" + "---:|" * len(results),
+            rows,
+        ),
+        commit=provenance.git_commit(),
+        when=when,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

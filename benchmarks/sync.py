@@ -1,28 +1,18 @@
 """Sync clients (issue 13): the NDJSON stream against `leasestar export`, and the long
 poll's wake-up latency with hundreds of waiting clients.
 
-- Stream: bytes per second of `GET /v1/applicants` with `Accept: application/x-ndjson`
-  (curl, identity and gzip) against `leasestar export` of the same database to
-  /dev/null. The export and the two streams are taken in turn, `--rounds` times, and
-  medians reported: on a machine shared with other work, a best-of-N of each taken one
-  after the other measured mostly which of them ran at a quiet moment. Also each pass's
-  CPU time (the exporting or serving process's own, which other work moves less than
-  wall time), its share of a core (CPU over wall time), and the server's RSS sampled
-  every 20 ms during the stream, against its RSS just before the stream and at start.
-- Long poll: N clients (raw asyncio sockets, one request each) wait with
-  `changed_since=<high-water>&wait=30`; one record is written in this process and
-  committed; each client's latency is from the commit's return to its complete answer.
-  The server's CPU time over 5 s while they all wait is the idle cost.
-
-Writes the `sync` section of benchmarks/RESULTS.md. `python benchmarks/sync.py --quick`
-runs on 100,000 rows with 200 clients.
+The export and the two streams (identity, gzip) are taken in turn, `--rounds` times, and
+medians reported: on a shared machine a best-of-N of each taken one after the other
+measured mostly which ran at a quiet moment. Each pass's own CPU time is reported too,
+which other work moves less than wall time. Long poll: N raw-socket clients wait with
+`wait=30`, one record is committed here, each one's latency runs from the commit to its
+complete answer. Writes the `sync` section; `--quick` is 100,000 rows, 200 clients.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import resource
 import sqlite3
 import statistics
@@ -44,26 +34,12 @@ from leasestar.applicants.pipeline import write_records
 from leasestar.applicants.records import Applicant
 from leasestar.database import open_for_write
 
-CLIENT_CORE = "1"
 ENCODINGS = ("identity", "gzip")
-
-
-def _rss_kib(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1])
-    raise RuntimeError(f"no VmRSS for {pid}")
-
-
-def _cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-    ticks = os.sysconf("SC_CLK_TCK")
-    return (int(fields[11]) + int(fields[12])) / ticks  # utime + stime
 
 
 def _sample_rss(pid: int, stop: threading.Event, into: list[int]) -> None:
     while not stop.is_set():
-        into.append(_rss_kib(pid))
+        into.append(harness.rss_kib(pid))
         time.sleep(0.02)
 
 
@@ -113,13 +89,13 @@ def _stream_once(server: harness.Server, token: str, encoding: str) -> Run:
     stop = threading.Event()
     samples: list[int] = []
     sampler = threading.Thread(target=_sample_rss, args=(server.pid, stop, samples))
-    before = _rss_kib(server.pid)
+    before = harness.rss_kib(server.pid)
     sampler.start()
-    cpu = _cpu_seconds(server.pid)
+    cpu = harness.cpu_seconds(server.pid)
     started = time.perf_counter()
     done = subprocess.run(
         [
-            *harness.pinned(CLIENT_CORE),
+            *harness.pinned(harness.CLIENT_CORE),
             *("curl", "-sS", "-o", "/dev/null", "-w", "%{size_download}"),
             *("-H", f"Authorization: Bearer {token}", "-H", "Accept: application/x-ndjson"),
             *("-H", f"Accept-Encoding: {encoding}", f"{server.base}/v1/applicants?order-by="),
@@ -131,7 +107,9 @@ def _stream_once(server: harness.Server, token: str, encoding: str) -> Run:
     elapsed = time.perf_counter() - started
     stop.set()
     sampler.join()
-    return Run(elapsed, _cpu_seconds(server.pid) - cpu, int(done.stdout), max(samples), before)
+    return Run(
+        elapsed, harness.cpu_seconds(server.pid) - cpu, int(done.stdout), max(samples), before
+    )
 
 
 def _alternate(db: Path, rounds: int) -> tuple[list[Run], dict[str, list[Run]], int]:
@@ -141,7 +119,7 @@ def _alternate(db: Path, rounds: int) -> tuple[list[Run], dict[str, list[Run]], 
     exports: list[Run] = []
     streams: dict[str, list[Run]] = {encoding: [] for encoding in ENCODINGS}
     with harness.leasestar_server("sync", db, {"LEASESTAR_LOG_FORMAT": "off"}) as server:
-        idle = _rss_kib(server.pid)
+        idle = harness.rss_kib(server.pid)
         # Unmeasured: the first export after the server started had it build its columnar
         # copy of the table meanwhile (~100 MB and 3.5 s of the export's core, once).
         _export_once(db)
@@ -204,9 +182,9 @@ async def _wake_up(server: harness.Server, db: Path, token: str, clients: int) -
         raise RuntimeError(f"the server answered {ready[:200]!r}")
     tasks = [asyncio.create_task(one()) for _ in range(clients)]
     await asyncio.sleep(3)  # every client connected and waiting
-    cpu_before = _cpu_seconds(server.pid)
+    cpu_before = harness.cpu_seconds(server.pid)
     await asyncio.sleep(5)
-    idle_cpu = (_cpu_seconds(server.pid) - cpu_before) / 5
+    idle_cpu = (harness.cpu_seconds(server.pid) - cpu_before) / 5
     record = msgspec.json.decode(body, type=Applicant)
     writer = open_for_write(db)
     try:
@@ -233,9 +211,8 @@ def _wake_line(wake: dict[str, float], clients: int) -> str:
         else "none woken"
     )
     empty = f"; {wake['empty']:.0f} answered empty when their 30 s ran out" if wake["empty"] else ""
-    return (
-        f"Long poll, {clients} clients waiting, one write committed: {woken}{empty}; server "
-        f"CPU while they wait {wake['idle_cpu'] * 100:.1f}% of a core."
+    return provenance.text(
+        "sync", "poll", clients=clients, woken=woken, empty=empty, idle_cpu=wake["idle_cpu"] * 100
     )
 
 
@@ -246,13 +223,14 @@ def _share(runs: list[Run]) -> float:
 
 def _stream_rows(
     exports: list[Run], streams: dict[str, list[Run]], size: int, idle: int
-) -> list[str]:
+) -> list[list[str]]:
     export_seconds = statistics.median(run.seconds for run in exports)
     export_cpu = statistics.median(run.cpu for run in exports)
     rows = [
-        f"| `leasestar export` to /dev/null | {size / export_seconds / 1e6:,.0f} MB/s | 1.00x "
-        f"| | {export_cpu:.2f} s | 1.00x | {_share(exports):.0%} | {size / 1e6:,.0f} MB | | |",
-    ]
+        ["`leasestar export` to /dev/null", f"{size / export_seconds / 1e6:,.0f} MB/s", "1.00x",
+         "", f"{export_cpu:.2f} s", "1.00x", f"{_share(exports):.0%}", f"{size / 1e6:,.0f} MB",
+         "", ""],
+    ]  # fmt: skip
     for encoding, runs in streams.items():
         seconds = statistics.median(run.seconds for run in runs)
         # Each round's stream against that round's export: paired, so a load that came
@@ -266,11 +244,11 @@ def _stream_rows(
         peak = max(run.peak_kib - run.before_kib for run in runs)
         highest = max(run.peak_kib for run in runs)
         rows.append(
-            f"| stream, `Accept-Encoding: {encoding}` | {size / seconds / 1e6:,.0f} MB/s "
-            f"| {export_seconds / seconds:.2f}x | {paired:.2f}x | {cpu:.2f} s "
-            f"| {export_cpu / cpu:.2f}x | {_share(runs):.0%} | {runs[-1].wire / 1e6:,.0f} MB "
-            f"| {peak / 1024:,.0f} MB | {(highest - idle) / 1024:,.0f} MB |"
-        )
+            [f"stream, `Accept-Encoding: {encoding}`", f"{size / seconds / 1e6:,.0f} MB/s",
+             f"{export_seconds / seconds:.2f}x", f"{paired:.2f}x", f"{cpu:.2f} s",
+             f"{export_cpu / cpu:.2f}x", f"{_share(runs):.0%}", f"{runs[-1].wire / 1e6:,.0f} MB",
+             f"{peak / 1024:,.0f} MB", f"{(highest - idle) / 1024:,.0f} MB"]
+        )  # fmt: skip
     return rows
 
 
@@ -299,31 +277,28 @@ def main() -> None:
     for suffix in ("", "-wal", "-shm"):
         Path(f"{poll_db}{suffix}").unlink(missing_ok=True)
     command = "python benchmarks/sync.py" + "".join(f" {arg}" for arg in sys.argv[1:])
-    lines = [
-        "<!-- BEGIN sync -->",
-        "## Sync clients: NDJSON streams and long polls (issue 13)",
-        "",
-        f"`{command}` at {provenance.git_commit()}, "
-        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {rows:,} applicants; "
-        f"{provenance.describe_machine()}. Export, identity stream and gzip stream taken in "
-        f"turn, {args.rounds} rounds ({minutes:.1f} min); medians. Load average "
-        f"{load_before} before, {load_after} after. The export, and the server, run pinned "
-        f"to core {harness.SERVER_CORE}, curl to core {CLIENT_CORE}. CPU is the exporting or "
-        "serving process's own per pass over the table, and its share of a core is that CPU "
-        "over the pass's wall time: when other sessions load the machine, the export and "
-        "the server need not get the core alike (a share well under 100% says a rate "
-        "measured the load), and the CPU ratio is the one their load moves least.",
-        "",
-        "| what | bytes/s | vs export | vs export, paired | CPU | vs export, CPU "
-        "| share of a core | on the wire | server RSS peak over its RSS before the stream "
-        "| over its RSS at start |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
-        *_stream_rows(exports, streams, export_bytes, idle),
-        "",
+    section = provenance.section(
+        "sync",
+        provenance.table(
+            "| what | bytes/s | vs export | vs export, paired | CPU | vs export, CPU "
+            "| share of a core | on the wire | server RSS peak over its RSS before the stream "
+            "| over its RSS at start |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+            _stream_rows(exports, streams, export_bytes, idle),
+        ),
         _wake_line(wake, clients),
-        "<!-- END sync -->",
-    ]
-    section = "\n".join(lines)
+        command=command,
+        commit=provenance.git_commit(),
+        when=provenance.now(),
+        rows=rows,
+        machine=provenance.describe_machine(),
+        rounds=args.rounds,
+        minutes=minutes,
+        load_before=load_before,
+        load_after=load_after,
+        server_core=harness.SERVER_CORE,
+        client_core=harness.CLIENT_CORE,
+    )
     print(section)
     provenance.write_section(section)
 

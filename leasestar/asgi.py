@@ -17,6 +17,13 @@ from litestar.response import Stream
 
 _JSON_TYPE = (b"content-type", b"application/json")
 
+# What a negotiated answer varies by (RFC 9110, 12.5.5), sent whether or not the answer
+# came out compressed or streamed, and on its 304 too (15.4.5), so that a cache keeps the
+# identity, compressed and NDJSON answers of one URL apart. The list route chooses by
+# Accept (JSON or NDJSON) and Accept-Encoding; the record route by Accept-Encoding only.
+VARY_LIST: Final = (b"vary", b"Accept, Accept-Encoding")
+VARY_RECORD: Final = (b"vary", b"Accept-Encoding")
+
 RESPONSE_HEADERS: Final = "leasestar.response_headers"
 """Scope key: raw headers an inner layer adds to the response, whatever answers the
 request (the route, an error handler). The outermost layer (`ObservabilityMiddleware`),
@@ -49,7 +56,14 @@ class PreEncodedJSON(Response[Any]):
     keep their `Response[Envelope]` annotation, from which the OpenAPI document is made.
     """
 
-    def __init__(self, body: bytes, *, status_code: int = 200, etag: str | None = None) -> None:
+    def __init__(
+        self,
+        body: bytes,
+        *,
+        status_code: int = 200,
+        etag: str | None = None,
+        vary: tuple[bytes, bytes] | None = None,
+    ) -> None:
         # No super().__init__(): nothing of the general Response is used.
         self._body = body
         self._status = status_code
@@ -57,6 +71,8 @@ class PreEncodedJSON(Response[Any]):
         headers = [] if status_code == 304 else [(b"content-length", b"%d" % len(body)), _JSON_TYPE]
         if etag is not None:
             headers.append((b"etag", etag.encode("ascii")))
+        if vary is not None:
+            headers.append(vary)
         self._raw_headers = headers
 
     def to_asgi_response(self, *args: Any, **kwargs: Any) -> Any:

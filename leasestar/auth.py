@@ -173,12 +173,19 @@ class TokenRegistry:
     """
 
     def __init__(self, path: Path) -> None:
+        self._path = path
         self._db = sqlite3.connect(read_uri(path), uri=True, check_same_thread=False)
         self._version: int | None = None
         self._active: dict[str, _ActiveToken] = {}
 
     def close(self) -> None:
         self._db.close()
+
+    def reopen(self) -> None:
+        """A new connection, after `close` (the database's WAL index was replaced:
+        database.py, `ReadPool`); the tokens are read again on the next request."""
+        self._db = sqlite3.connect(read_uri(self._path), uri=True, check_same_thread=False)
+        self._version = None
 
     def find(self, public_id: str) -> _ActiveToken | None:
         (version,) = self._db.execute("PRAGMA data_version").fetchone()

@@ -22,9 +22,11 @@ from leasestar.config import (
     DEFAULT_TOKEN_CONCURRENCY,
     HEAD_TIMEOUT_RANGE,
     KEEP_ALIVE_TIMEOUT_RANGE,
+    MAX_CONNECTIONS_PER_ADDRESS_RANGE,
     MAX_CONNECTIONS_RANGE,
     PORT_RANGE,
     READ_CONNECTIONS_RANGE,
+    RESERVED_CONNECTIONS_RANGE,
     SEND_TIMEOUT_RANGE,
     ListenAddress,
     RateLimit,
@@ -231,6 +233,23 @@ def build_parser(settings: Settings) -> argparse.ArgumentParser:
         metavar="N",
         help="open connections per worker before answering 503 "
         "(env LEASESTAR_MAX_CONNECTIONS, default %(default)s)",
+    )
+    serve.add_argument(
+        "--reserved-connections",
+        type=_within(RESERVED_CONNECTIONS_RANGE),
+        default=settings.reserved_connections,
+        metavar="N",
+        help="of --max-connections, this many (at most half) only for requests that carry "
+        "a bearer token (env LEASESTAR_RESERVED_CONNECTIONS, default %(default)s)",
+    )
+    serve.add_argument(
+        "--max-connections-per-address",
+        type=_within(MAX_CONNECTIONS_PER_ADDRESS_RANGE),
+        default=settings.max_connections_per_address,
+        metavar="N",
+        help="open connections per worker from one client address (IPv6: one /64); "
+        "more are closed as they open "
+        "(env LEASESTAR_MAX_CONNECTIONS_PER_ADDRESS, default %(default)s)",
     )
     serve.add_argument(
         "--metrics-address",

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import errno
+import logging
 import os
 import signal
 import socket
@@ -33,12 +34,14 @@ from leasestar.applicants.pipeline import (
 from leasestar.auth import create_token, list_tokens, revoke_token
 from leasestar.config import ListenAddress
 from leasestar.database import open_for_write, read_uri
+from leasestar.log_lines import install_formatter
 from leasestar.rate_limit import WindowCounter, counter_path
 from leasestar.replica.layout import refuse_writes, replica_of
 from leasestar.webhooks.retries import RetryPolicy, RetrySettingsError
 
 if TYPE_CHECKING:
     import uvicorn  # imported when serving: the other commands do without it
+    from uvicorn.supervisors import Multiprocess
 
 DEMO_RECORDS: Final = 1000
 
@@ -240,6 +243,8 @@ def _run_server(args: argparse.Namespace, path: Path) -> int:
         LEASESTAR_SEND_TIMEOUT=str(args.send_timeout),
         LEASESTAR_KEEP_ALIVE_TIMEOUT=str(args.keep_alive_timeout),
         LEASESTAR_MAX_CONNECTIONS=str(args.max_connections),
+        LEASESTAR_RESERVED_CONNECTIONS=str(args.reserved_connections),
+        LEASESTAR_MAX_CONNECTIONS_PER_ADDRESS=str(args.max_connections_per_address),
         LEASESTAR_METRICS_ADDRESS=str(metrics_address or "off"),
     )
     config = uvicorn.Config(
@@ -259,6 +264,7 @@ def _run_server(args: argparse.Namespace, path: Path) -> int:
         # every field of an answer costs uvicorn ~1 us to check and write.
         server_header=False,
     )
+    install_formatter(args.log_format)  # the supervisor's lines, with --workers > 1
     listeners = [ListenAddress(args.host, args.port)]
     if metrics_address is not None:
         # One more listener for the same app, which serves /metrics there and only there.
@@ -278,11 +284,42 @@ def run_server(config: uvicorn.Config, listeners: Sequence[ListenAddress]) -> in
 
     sockets = [_listen(address) for address in listeners]
     if config.workers > 1:
-        Multiprocess(config, sockets=sockets).run()
+        _naming_supervisor(Multiprocess)(config, sockets=sockets).run()
         return 0
     server = uvicorn.Server(config)
     server.run(sockets=sockets)
     return 0 if server.started else 1
+
+
+def _naming_supervisor(supervisor: type[Multiprocess]) -> type[Multiprocess]:
+    """uvicorn's supervisor, saying which signal killed a worker it starts again: its own
+    line (`Child process [PID] died`) does not, and a worker killed by SIGBUS, its
+    database's -shm cut while serving (database.py, `ReadPool`), left nothing else."""
+
+    class NamingSupervisor(supervisor):  # type: ignore[valid-type,misc]
+        def keep_subprocess_alive(self) -> None:
+            if not self.should_exit.is_set():
+                for worker in self.processes:
+                    # (None while it runs; does not wait.) A dead worker is replaced
+                    # below, in this same call: it is named once.
+                    code = worker.process.exitcode
+                    if code is not None and code < 0:
+                        _supervisor_logger.error(
+                            "worker process [%d] was killed by %s%s; starting another",
+                            worker.pid,
+                            signal.Signals(-code).name,
+                            _SIGBUS_CAUSE if -code == signal.SIGBUS else "",
+                        )
+            super().keep_subprocess_alive()
+
+    return NamingSupervisor
+
+
+_SIGBUS_CAUSE: Final = (
+    " (a file it had mapped was cut short: the database's -shm, SQLite's WAL index, or "
+    "the database itself)"
+)
+_supervisor_logger = logging.getLogger("uvicorn.error")
 
 
 def _listen(address: ListenAddress) -> socket.socket:

@@ -31,12 +31,8 @@ from collections.abc import Callable
 from typing import Any, Final, Protocol
 
 import brotli  # type: ignore[import-untyped]
+import zstandard
 from isal import isal_zlib
-
-try:  # Python 3.14 has it in the standard library; before, the backport.
-    from compression import zstd  # type: ignore[import-not-found,unused-ignore]
-except ImportError:  # pragma: no cover - depends on the Python version
-    from backports import zstd  # type: ignore[no-redef,import-not-found,unused-ignore]
 
 from leasestar.asgi import header_value
 
@@ -82,14 +78,19 @@ class _Brotli:
 
 
 class _Zstd:
+    """By `zstandard`, the library that also decodes the stored bodies (`bodies.py`): one
+    binding of libzstd for the product."""
+
     def __init__(self) -> None:
-        self._compressor = zstd.ZstdCompressor(level=1)
+        # A compressor of its own: compressobj() works in its ZstdCompressor's context,
+        # which two answers streamed at once must not share.
+        self._compressor = zstandard.ZstdCompressor(level=1).compressobj()
 
     def compress(self, data: bytes) -> bytes:
         return bytes(self._compressor.compress(data))
 
     def sync(self) -> bytes:
-        return bytes(self._compressor.flush(zstd.ZstdCompressor.FLUSH_BLOCK))
+        return bytes(self._compressor.flush(zstandard.COMPRESSOBJ_FLUSH_BLOCK))
 
     def finish(self) -> bytes:
         return bytes(self._compressor.flush())
@@ -147,16 +148,21 @@ def _add_vary(headers: list[tuple[bytes, bytes]]) -> None:
 
 class CompressionMiddleware:
     """Compresses answers of MINIMUM_SIZE bytes or more, and streamed answers, in the
-    encoding `choose_encoding` picks; leaves every other answer untouched."""
+    encoding `choose_encoding` picks; leaves every other answer untouched, but for the
+    `Vary: Accept-Encoding` of one it would have compressed."""
 
     def __init__(self, app: Any) -> None:
         self.app = app
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        encoding = None
-        if scope["type"] == "http":
-            encoding = choose_encoding(header_value(scope["headers"], b"accept-encoding"))
-        if encoding is None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        encoding = choose_encoding(header_value(scope["headers"], b"accept-encoding"))
+        # An identity answer that would have been compressed for another client varies by
+        # Accept-Encoding as well. The API's routes declare their Vary themselves (on every
+        # answer, 304s included), so their identity answers, the hot path, skip this wrapper.
+        if encoding is None and scope["path"].startswith("/v1/"):
             await self.app(scope, receive, send)
             return
         await self.app(scope, receive, _CompressingSend(send, encoding))
@@ -170,7 +176,7 @@ class _CompressingSend:
     decode every line it has received (a resumable stream needs that).
     """
 
-    def __init__(self, send: Any, encoding: str) -> None:
+    def __init__(self, send: Any, encoding: str | None) -> None:
         self._send = send
         self._encoding = encoding
         self._start: dict[str, Any] | None = None
@@ -205,6 +211,11 @@ class _CompressingSend:
             or (not more and len(body) < MINIMUM_SIZE)
         ):
             await self._send(start)
+            await self._send(message)
+            return
+        if self._encoding is None:  # identity asked for: only say that the answer varies
+            _add_vary(headers)
+            await self._send({**start, "headers": headers})
             await self._send(message)
             return
         compressor = ENCODINGS[self._encoding]()

@@ -28,6 +28,12 @@ DEFAULT_HEAD_TIMEOUT: Final = 10
 DEFAULT_SEND_TIMEOUT: Final = 30
 DEFAULT_KEEP_ALIVE_TIMEOUT: Final = 5
 DEFAULT_MAX_CONNECTIONS: Final = 1000
+# Of those connections, the last DEFAULT_RESERVED_CONNECTIONS serve only requests that
+# carry a bearer token, and one client address holds at most
+# DEFAULT_MAX_CONNECTIONS_PER_ADDRESS (issue 29: unauthenticated sockets from a few
+# addresses took the whole cap, and every authenticated request was answered 503).
+DEFAULT_RESERVED_CONNECTIONS: Final = 100
+DEFAULT_MAX_CONNECTIONS_PER_ADDRESS: Final = 100
 
 LogFormat = Literal["json", "text", "off"]
 RateUnit = Literal["second", "minute", "hour", "day"]
@@ -103,6 +109,8 @@ HEAD_TIMEOUT_RANGE: Final = (1, 300)  # seconds
 SEND_TIMEOUT_RANGE: Final = (1, 3600)  # seconds
 KEEP_ALIVE_TIMEOUT_RANGE: Final = (1, 300)  # seconds
 MAX_CONNECTIONS_RANGE: Final = (1, 100_000)  # per worker process
+RESERVED_CONNECTIONS_RANGE: Final = (0, 100_000)  # per worker process
+MAX_CONNECTIONS_PER_ADDRESS_RANGE: Final = (1, 100_000)  # per worker process
 TOKEN_CONCURRENCY_RANGE: Final = (1, 10_000)  # per token and worker process
 
 
@@ -176,6 +184,10 @@ class Settings:
     send_timeout: int = DEFAULT_SEND_TIMEOUT
     keep_alive_timeout: int = DEFAULT_KEEP_ALIVE_TIMEOUT
     max_connections: int = DEFAULT_MAX_CONNECTIONS
+    # At most half of max_connections is reserved, whatever this says
+    # (`protocol.reserved_share`), so a small cap still serves the unauthenticated.
+    reserved_connections: int = DEFAULT_RESERVED_CONNECTIONS
+    max_connections_per_address: int = DEFAULT_MAX_CONNECTIONS_PER_ADDRESS
     # Where `/metrics` is served; None: nowhere. Never on the API's own listener.
     metrics_address: ListenAddress | None = None
 
@@ -206,6 +218,16 @@ class Settings:
             ),
             max_connections=_int_env(
                 "LEASESTAR_MAX_CONNECTIONS", DEFAULT_MAX_CONNECTIONS, MAX_CONNECTIONS_RANGE
+            ),
+            reserved_connections=_int_env(
+                "LEASESTAR_RESERVED_CONNECTIONS",
+                DEFAULT_RESERVED_CONNECTIONS,
+                RESERVED_CONNECTIONS_RANGE,
+            ),
+            max_connections_per_address=_int_env(
+                "LEASESTAR_MAX_CONNECTIONS_PER_ADDRESS",
+                DEFAULT_MAX_CONNECTIONS_PER_ADDRESS,
+                MAX_CONNECTIONS_PER_ADDRESS_RANGE,
             ),
             metrics_address=parse_listen_address(
                 os.environ.get("LEASESTAR_METRICS_ADDRESS") or "off"

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import sqlite3
 import time
@@ -27,9 +28,11 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from importlib.resources import files
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 import aiosqlite
+
+logger = logging.getLogger("leasestar.database")
 
 SCHEMA_VERSION: Final = 4
 # What an existing database of an older version needs beyond schema.sql's CREATE ... IF
@@ -85,6 +88,9 @@ READ_CACHE_KIB: Final = 32 * 1024
 # Debian's); the rest of a larger file is read as before. Never written through: the
 # connections are read-only, and leasestar never shrinks a database file under them.
 READ_MMAP_BYTES: Final = 1 << 40
+# How often a read looks whether the database's -shm (SQLite's WAL index) is still the
+# one its connections share (`ReadPool._follow_wal_index`).
+WAL_INDEX_CHECK_SECONDS: Final = 1.0
 READ_PRAGMAS: Final = (
     "PRAGMA query_only = 1",
     f"PRAGMA cache_size = -{READ_CACHE_KIB}",
@@ -257,8 +263,40 @@ def read_uri(path: Path) -> str:
     return path.resolve().as_uri() + "?mode=ro"
 
 
+class Reopened(Protocol):
+    """A connection to the database held beside the pool's, closed and opened again with
+    them when the WAL index was replaced (`ReadPool._follow_wal_index`)."""
+
+    def close(self) -> None: ...
+
+    def reopen(self) -> None: ...
+
+
+def _identity(path: Path) -> tuple[int, int] | None:
+    try:
+        stat = path.stat()
+    except FileNotFoundError:
+        return None
+    return stat.st_dev, stat.st_ino
+
+
 class ReadPool:
-    """Reads: on the event loop within a time budget, else on pooled aiosqlite threads."""
+    """Reads: on the event loop within a time budget, else on pooled aiosqlite threads.
+
+    Once a second a read also looks whether the database's `-shm` file, SQLite's WAL
+    index that every connection to the database maps and shares, is still the one its
+    connections opened. Deleted or replaced, the server went on reading through the old
+    one: stale answers at best, and, once a writer with the new index had checkpointed and
+    restarted the WAL, pages of the wrong frames, every `/v1` request a 500 until a
+    restart. Then the connections are closed and opened again (`_follow_wal_index`).
+
+    A `-shm` cut short is another matter: SQLite maps it and never looks at its size
+    again, so the next read of a lost page kills the process with SIGBUS, which no check
+    made before the read can rule out (the cut may come just after it) and which Python
+    cannot catch. With `--workers 2` or more the supervisor names the signal in one line
+    and starts a new worker, which rebuilds the index from the WAL (commands.py,
+    `NamingSupervisor`); a single-process server ends, killed by the signal.
+    """
 
     def __init__(self, path: Path, size: int, inline_budget: float = INLINE_BUDGET_SECONDS) -> None:
         self._path = path
@@ -269,6 +307,15 @@ class ReadPool:
         self.moved_to_pool = 0  # reads that outlasted the budget (or met a lock) inline
         self._idle: asyncio.LifoQueue[aiosqlite.Connection] = asyncio.LifoQueue()
         self._all: list[aiosqlite.Connection] = []
+        self._wal_index = Path(f"{path}-shm")
+        self._wal_index_identity: tuple[int, int] | None = None
+        self._next_wal_index_check = 0.0
+        self._beside: list[Reopened] = []
+
+    def reopen_with(self, connection: Reopened) -> None:
+        """Close and open `connection` again with the pool's when the WAL index is
+        replaced: a connection of the process still open keeps the old one in use."""
+        self._beside.append(connection)
 
     @property
     def path(self) -> Path:
@@ -276,6 +323,12 @@ class ReadPool:
         return self._path
 
     async def open(self) -> None:
+        await self._open_pooled()
+        self._open_inline()
+        await self._note_wal_index()
+        self._next_wal_index_check = time.monotonic() + WAL_INDEX_CHECK_SECONDS
+
+    async def _open_pooled(self) -> None:
         for _ in range(self._size):
             connection = await aiosqlite.connect(read_uri(self._path), uri=True)
             await connection.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
@@ -283,6 +336,8 @@ class ReadPool:
                 await connection.execute(pragma)
             self._all.append(connection)
             self._idle.put_nowait(connection)
+
+    def _open_inline(self) -> None:
         if self._inline_budget > 0:
             # timeout=0: never wait for a lock on the loop; the pool waits instead.
             inline = sqlite3.connect(
@@ -292,6 +347,49 @@ class ReadPool:
                 inline.execute(pragma)
             inline.set_progress_handler(self._over_budget, _BUDGET_CHECK_STEPS)
             self._inline = inline
+
+    async def _note_wal_index(self) -> None:
+        """Read once, which opens the WAL index, and note which file it is."""
+        async with self.connection() as connection:
+            await connection.execute_fetchall("SELECT 1 FROM sqlite_master LIMIT 1")
+        self._wal_index_identity = _identity(self._wal_index)
+
+    async def _follow_wal_index(self) -> None:
+        """Open the connections again if the WAL index was deleted or replaced.
+
+        SQLite shares one mapping of it among all the connections of a process to the
+        same database, so all of them close before any opens: the pool's (waiting for
+        the reads in flight), then, without yielding to another request, the event loop's
+        and those beside it (`reopen_with`), which open again at once; the pool's last.
+        A stream's own connection open meanwhile keeps the old index until it ends.
+        """
+        self._next_wal_index_check = float("inf")  # (one at a time)
+        try:
+            if _identity(self._wal_index) == self._wal_index_identity:
+                return
+            closing = [await self._idle.get() for _ in self._all]
+            for connection in closing:
+                await connection.close()
+            self._all.clear()
+            if self._inline is not None:
+                self._inline.close()
+                self._inline = None
+            for beside in self._beside:
+                beside.close()
+            self._open_inline()
+            for beside in self._beside:
+                beside.reopen()
+            await self._open_pooled()
+            await self._note_wal_index()
+            # One line per worker process: each opens its own connections again.
+            logger.warning(
+                "the database's WAL index %s was deleted or replaced while serving: this "
+                "server process opened its connections to the database again (reads in "
+                "the second before may have missed the latest writes)",
+                self._wal_index,
+            )
+        finally:
+            self._next_wal_index_check = time.monotonic() + WAL_INDEX_CHECK_SECONDS
 
     async def close(self) -> None:
         for connection in self._all:
@@ -308,6 +406,8 @@ class ReadPool:
     async def fetchall(self, sql: str, parameters: Sequence[Any] = ()) -> list[Any]:
         """The statement's rows: computed on the event loop if that takes no longer than
         the budget, else on a pooled connection. Each statement reads one snapshot."""
+        if time.monotonic() >= self._next_wal_index_check:
+            await self._follow_wal_index()
         if self._inline is not None:
             for pause in _BUSY_PAUSES:
                 self._deadline = time.perf_counter() + self._inline_budget
@@ -327,6 +427,8 @@ class ReadPool:
 
     async def fetchall_on_pool(self, sql: str, parameters: Sequence[Any] = ()) -> list[Any]:
         """The statement's rows, read on a pooled thread: for statements known to be long."""
+        if time.monotonic() >= self._next_wal_index_check:
+            await self._follow_wal_index()
         async with self.connection() as connection:
             return list(await connection.execute_fetchall(sql, parameters))
 

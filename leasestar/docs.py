@@ -68,13 +68,25 @@ def docs_assets() -> Router:
     )
 
 
+def asset_paths() -> frozenset[str]:
+    """The URL path of every file the assets router serves."""
+    directory = swagger_ui_directory()
+    return frozenset(
+        f"{ASSETS_PATH}/{path.relative_to(directory).as_posix()}"
+        for path in directory.rglob("*")
+        if path.is_file()
+    )
+
+
 class SchemaNotFound:
     """Every path under `/schema` that nothing serves answers the API's 404 error body.
 
     Litestar's OpenAPI router answers an HTML page for any path under it that no render
     plugin claims (`/schema/redoc`, `/schema/swagger`, ...); a client of this API expects
     the error body on every 404. Plain ASGI, in front of routing: the served paths are
-    the router's fixed ones and the assets below `/schema/assets/`.
+    the router's fixed ones and the files of the assets' folder, each by its exact path,
+    so the static files router never sees another one (a NUL in a path was a 500 from
+    its `stat`; `..`, backslashes and overlong names never reach the file system).
     """
 
     def __init__(self, app: Any, route_paths: Iterable[str]) -> None:
@@ -82,6 +94,7 @@ class SchemaNotFound:
         self.served = frozenset(
             path for path in route_paths if path.startswith(SCHEMA_PATH) and "{" not in path
         )
+        self.assets = asset_paths()
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         path: str = scope.get("path", "")
@@ -89,7 +102,7 @@ class SchemaNotFound:
             scope["type"] == "http"
             and path.startswith(f"{SCHEMA_PATH}/")
             and path.rstrip("/") not in self.served
-            and not path.startswith(f"{ASSETS_PATH}/")
+            and path not in self.assets
         ):
             await send_error(send, 404)
             return

@@ -8,10 +8,11 @@ from contextlib import asynccontextmanager
 from typing import Any, cast
 
 from litestar import Litestar, Router
+from litestar.logging.config import LoggingConfig
 from litestar.middleware import DefineMiddleware
 from litestar.middleware.rate_limit import RateLimitConfig
 from litestar.openapi import OpenAPIConfig
-from litestar.openapi.spec import Components, SecurityScheme
+from litestar.openapi.spec import Components, License, SecurityScheme
 from litestar.types import ASGIApp
 
 from leasestar import __version__
@@ -27,7 +28,9 @@ from leasestar.database import ReadPool, open_for_write
 from leasestar.docs import SchemaNotFound, docs_assets, docs_page
 from leasestar.errors import EXCEPTION_HANDLERS
 from leasestar.hygiene import HygieneMiddleware
+from leasestar.log_lines import install_formatter, logging_formatters
 from leasestar.observability import AccessLog, Metrics, ObservabilityMiddleware
+from leasestar.openapi import TAGS, finish_document
 from leasestar.rate_limit import SharedRateLimitMiddleware, TokenLimits, counter_path
 from leasestar.replica.layout import ReplicaLayout
 from leasestar.replica.status import ReplicaMetrics
@@ -49,6 +52,8 @@ def create_app(settings: Settings | None = None, *, direct_route: bool = True) -
     settings = settings or Settings.from_env()
     metrics = Metrics()
     access_log = AccessLog(settings.log_format)
+    # One line per record, whatever a request holds, in every logger that can quote one.
+    install_formatter(settings.log_format)
     # A replica's database is written only by its follower (`leasestar.replica`).
     layout = ReplicaLayout(settings.db_path)
     replica = layout if layout.marker() is not None else None
@@ -79,6 +84,7 @@ def create_app(settings: Settings | None = None, *, direct_route: bool = True) -
         app.state.metrics_address = settings.metrics_address
         app.state.cursor_codec = CursorCodec(await reader.cursor_key())
         app.state.tokens = TokenRegistry(settings.db_path)
+        pool.reopen_with(app.state.tokens)
         if limits is not None:
             limits.open()
         # Webhooks: one worker delivers, the others stand by (webhooks/deliverer.py);
@@ -121,6 +127,7 @@ def create_app(settings: Settings | None = None, *, direct_route: bool = True) -
         route_handlers=[api, ServiceController, WebhookController, docs_assets()],
         lifespan=[database],
         exception_handlers=EXCEPTION_HANDLERS,
+        logging_config=LoggingConfig(formatters=logging_formatters(settings.log_format)),
         middleware=middleware,
         openapi_config=OpenAPIConfig(
             title="leasestar",
@@ -129,6 +136,8 @@ def create_app(settings: Settings | None = None, *, direct_route: bool = True) -
                 "Normalized property-management applicant records, served read-only "
                 "from an embedded SQLite database."
             ),
+            license=License(name="MIT", identifier="MIT"),
+            tags=TAGS,
             path="/schema",
             render_plugins=[docs_page()],
             use_handler_docstrings=True,
@@ -143,6 +152,9 @@ def create_app(settings: Settings | None = None, *, direct_route: bool = True) -
             ),
         ),
     )
+    # Built once here (~50 ms) rather than on the first request for the document, so
+    # that what Litestar cannot say is added before anything serves it.
+    finish_document(app.openapi_schema)
     # Route middleware only sees matched routes; these must see every request
     # (unknown paths, oversized ones), so they wrap the app's ASGI handler, as
     # Litestar itself does for CORS. Get by id is answered inside them, in front of

@@ -35,6 +35,7 @@ from prometheus_client.utils import floatToGoString
 
 from leasestar.asgi import RESPONSE_HEADERS
 from leasestar.auth import TokenHolder, redact_token_secrets
+from leasestar.log_lines import escaped, one_line
 
 LogFormat = Literal["json", "text", "off"]
 REQUEST_ID_HEADER: Final = b"x-request-id"
@@ -257,21 +258,24 @@ class ObservabilityMiddleware:
         path = redact_token_secrets(scope["path"])
         query = loggable_query(scope["query_string"][:MAX_LOGGED_QUERY].decode("latin-1"))
         if self.log_format == "json":
-            line = _encoder.encode(
-                _AccessLine(
-                    _now_text(),
-                    request_id,
-                    method,
-                    path,
-                    query,
-                    status,
-                    int(elapsed * 1e6 + 0.5) / 1000,  # to the microsecond; round() took 0.8 us
-                    sent,
-                    token,
-                )
-            ).decode()
+            line = one_line(
+                _encoder.encode(
+                    _AccessLine(
+                        _now_text(),
+                        request_id,
+                        method,
+                        path,
+                        query,
+                        status,
+                        int(elapsed * 1e6 + 0.5) / 1000,  # to the microsecond; round() took 0.8 us
+                        sent,
+                        token,
+                    )
+                ).decode()
+            )
         else:
-            target = f"{path}?{query}" if query else path
+            # Escaped: a path's `%0a` would end the line there (leasestar/log_lines.py).
+            target = escaped(f"{path}?{query}" if query else path)
             line = (
                 f"{method} {target} {status} {elapsed * 1000:.1f}ms {sent}B "
                 f"token={token or '-'} request_id={request_id}"

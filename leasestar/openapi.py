@@ -17,6 +17,7 @@ import msgspec
 from litestar.openapi.datastructures import ResponseSpec
 from litestar.openapi.spec import (
     Example,
+    OpenAPI,
     OpenAPIHeader,
     OpenAPIMediaType,
     OpenAPIResponse,
@@ -25,6 +26,7 @@ from litestar.openapi.spec import (
     Parameter,
     Reference,
     Schema,
+    Tag,
 )
 
 from leasestar.client.errors import ErrorBody, ErrorDetails
@@ -163,13 +165,17 @@ def operation_class(
     conditional: bool = False,
     rate_limited: bool = False,
     streamed: bool = False,
+    public: bool = False,
 ) -> type[Operation]:
     """An Operation that adds what the middleware does to what Litestar documents.
 
     `parameters` are documented in addition to the handler's own (the query parameters
     that the handler parses itself); `conditional` adds `If-None-Match` and `ETag`;
     `rate_limited` adds the rate-limit headers to the success response; `streamed` adds
-    the NDJSON stream of records as a second media type of the success response.
+    the NDJSON stream of records as a second media type of the success response;
+    `public` declares that the operation needs no token (`security: []`, which Litestar
+    leaves out when a handler's list is empty, so that linters and generated clients
+    cannot tell a public operation from an undocumented one).
     """
     added: Sequence[Parameter] = [
         *parameters,
@@ -181,6 +187,8 @@ def operation_class(
     class DocumentedOperation(Operation):
         def __post_init__(self) -> None:
             self.parameters = [*(self.parameters or []), *added]
+            if public:
+                self.security = []
             for status, response in (self.responses or {}).items():
                 if not isinstance(response, OpenAPIResponse):
                     continue
@@ -199,3 +207,23 @@ def operation_class(
                 response.headers = headers
 
     return DocumentedOperation
+
+
+# The tags the operations use, declared once with what each holds.
+TAGS: Final = [
+    Tag(name="applicants", description="Applicant records: the list, one record, the sync feed."),
+    Tag(name="service", description="Health and metrics of the server; no token needed."),
+]
+
+
+def finish_document(document: OpenAPI) -> None:
+    """What Litestar's generator cannot say: an optional field of a Struct type is written
+    as a one-member `oneOf` (its `UNSET` member has no schema), which linters flag as an
+    illogical composition; the field is the plain reference to that type."""
+    for schema in (document.components.schemas or {}).values():
+        for name, field in (schema.properties or {}).items():
+            if not isinstance(field, Schema):
+                continue
+            members = field.one_of or field.all_of or field.any_of
+            if members is not None and len(members) == 1 and isinstance(members[0], Reference):
+                schema.properties[name] = members[0]  # type: ignore[index]

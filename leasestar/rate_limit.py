@@ -9,15 +9,32 @@ both write count + 1, and one request goes uncounted). The history is also a lis
 every request's timestamp in the window, decoded and re-encoded on each request, which
 grows with the budget.
 
-So every worker counts in one small file beside the database, `<db>-ratelimit`, mapped
-into memory: a table of 4,096 slots, each (the key's digest, requests in the window,
-when the window ends). A request takes the file's lock (`flock`), finds its key's slot,
-opens a new window or adds itself (past the budget the count stays at the budget: a
-refused request is not counted and does not move the window's end, as with Litestar),
-and lets go: two system calls and a few bytes, about 2 us. A table in SQLite did the
-same with one `INSERT ... ON CONFLICT ... RETURNING` in 15-50 us (its locks and WAL
-write), which cost get by id more than the 5 % this may take (benchmarks/RESULTS.md).
-The lock is the kernel's, so a worker that dies holding it releases it.
+So every worker counts in one small file beside the database, `<db>-ratelimit`: a
+table of 4,096 slots, each (the key's digest, requests in the window, when the window
+ends). A request takes the file's lock (`flock`), reads its key's slot, opens a new
+window or adds itself (past the budget the count stays at the budget: a refused request
+is not counted and does not move the window's end, as with Litestar), writes the slot's
+two numbers back and lets go: four system calls and a few bytes, a few microseconds. A
+table in SQLite did the same with one `INSERT ... ON CONFLICT ... RETURNING` in 15-50 us
+(its locks and WAL write), which cost get by id more than the 5 % this may take
+(benchmarks/RESULTS.md). The lock is the kernel's, so a worker that dies holding it
+releases it.
+
+The file is read and written with `pread`/`pwrite`, never mapped into memory: a mapped
+file that another program cuts short (`truncate`, or `chattr +i` on a page about to be
+written) kills the process with SIGBUS at the next touch of a lost page, with nothing
+logged, and no check made before the touch can close that race. A system call on a cut
+file only reads short or fails, which the counter notices and answers (`_check`):
+
+- cut or overwritten: it is cleared under the lock and counting goes on in it (every
+  token's window starts again), one line logged by the worker that cleared it;
+- deleted, or another file moved in its place: the workers notice within a second
+  (its link count, or the path's inode) and count in the file now at the path, creating
+  it if none is, so servers sharing the database share one budget again; one line,
+  logged by the worker that created it;
+- not writable (`chattr +i`, a read-only file system) or not openable (a directory):
+  the worker counts in its own memory (a budget per worker process), one line, and goes
+  back to the file, one more line, once it can be used again.
 
 A worker takes a large budget's requests from the file a few at a time (a lease: one
 per 256 of the budget, at most 16), and counts the rest of a lease in its own memory,
@@ -33,10 +50,11 @@ window open at once.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import hashlib
+import logging
 import math
-import mmap
 import os
 import struct
 import time
@@ -51,12 +69,15 @@ from leasestar.asgi import RESPONSE_HEADERS
 from leasestar.database import DatabaseError
 from leasestar.token_concurrency import QUEUE, TokenConcurrency
 
+logger = logging.getLogger("leasestar.rate_limit")
+
 _MAGIC: Final = b"leasestar rate limit v1\n"
 _SLOTS: Final = 4096
 # A slot: the key's digest, its count, its window's end (Unix seconds). In the machine's
-# byte order, as the file's numbers are read and written through a memoryview of 64-bit
-# integers (`WindowCounter._numbers`); the file never leaves the machine of its database.
+# byte order: the file never leaves the machine of its database.
 _SLOT: Final = struct.Struct("=16sqq")
+_WINDOW: Final = struct.Struct("=qq")  # a slot's count and window end, written at once
+_NUMBER: Final = struct.Struct("=q")
 _FREE: Final = bytes(16)
 _TABLE_AT: Final = len(_MAGIC)
 assert (_TABLE_AT + 16) % 8 == 0  # every count and window end 8-byte aligned
@@ -65,6 +86,7 @@ _SIZE: Final = _TABLE_AT + _SLOTS * _SLOT.size
 _KEYS_KEPT: Final = 4096  # keys whose digest, slot and lease are remembered
 _LEASE_PER_BUDGET: Final = 256  # a lease of one request per this much of the budget
 _LEASE_MOST: Final = 16
+_FOREIGN: Final = "is not a leasestar rate-limit file"
 
 
 def counter_path(db_path: Path) -> Path:
@@ -82,84 +104,281 @@ and a NamedTuple's constructor is a Python call (0.4 us, a tenth of the limiter'
 class _Lease:
     """Requests of a key this worker took from the file and has not spent yet."""
 
-    __slots__ = ("count_at", "left", "resets_at")
+    __slots__ = ("count_at", "left", "resets_at", "told")
 
-    def __init__(self, left: int, resets_at: int, count_at: int) -> None:
+    def __init__(self, left: int, resets_at: int, count_at: int, told: int) -> None:
         self.left = left
         self.resets_at = resets_at  # the window it was taken in, and is spent in only
-        # Where the key's count is in the file's numbers: its slot is the key's while
-        # the window lasts.
+        # Where the key's count is in the file (its slot is the key's while the window
+        # lasts), and the count this worker last answered with.
         self.count_at = count_at
-
-
-def _count_at(offset: int) -> int:
-    """Where the count of the slot at `offset` is in the file's numbers (its window's end
-    is the next one)."""
-    return (offset + 16) // 8
+        self.told = told
 
 
 class CounterFull(Exception):
     """Every slot holds a window still open: no room for another key."""
 
 
-class WindowCounter:
-    """The rate-limit file: counts requests per key, atomically across processes."""
+class _Unusable(Exception):
+    """The file read or wrote short: cut, or overwritten, under the counter."""
 
-    def __init__(self, path: Path) -> None:
+
+def _probe(table: bytes, digest: bytes, now: int) -> tuple[int | None, int | None]:
+    """(`digest`'s slot, the first slot it could claim) in the file's `table` (its bytes
+    after the magic), each a file offset or None.
+
+    Linear probing from the digest's home slot, up to the first never-used slot; a
+    slot whose window has ended is taken over (its count no longer matters), so
+    chains never break and the table never fills with old tokens.
+    """
+    home = int.from_bytes(digest[:8], "little") % _SLOTS
+    reusable = None
+    for step in range(_SLOTS):
+        at = (home + step) % _SLOTS * _SLOT.size
+        slot_digest, _, resets_at = _SLOT.unpack_from(table, at)
+        if slot_digest == digest:
+            return _TABLE_AT + at, reusable
+        if slot_digest == _FREE:  # never used: the digest is not further on
+            return None, _TABLE_AT + at if reusable is None else reusable
+        if reusable is None and resets_at <= now:
+            reusable = _TABLE_AT + at
+    return None, reusable
+
+
+def _make_whole(fd: int) -> str | None:
+    """Clear the file if it is not a whole table (the lock is held): how it was found
+    then, else None (whole: another worker may have cleared it first)."""
+    size = os.fstat(fd).st_size
+    if size == _SIZE and os.pread(fd, len(_MAGIC), 0) == _MAGIC:
+        return None
+    os.ftruncate(fd, 0)
+    os.ftruncate(fd, _SIZE)
+    os.pwrite(fd, _MAGIC, 0)
+    return f"cut to {size:,} of its {_SIZE:,} bytes" if size < _SIZE else "overwritten"
+
+
+class WindowCounter:
+    """The rate-limit file: counts requests per key, atomically across processes.
+
+    Opening it refuses, with a `DatabaseError`, a file that cannot be used (the server's
+    start names it in one line); with `fallback`, as each worker opens it, such a file is
+    logged and the worker counts in its own memory instead. Once a second a count checks
+    that the file is still the path's, whole and writable (`_check`).
+    """
+
+    def __init__(self, path: Path, *, fallback: bool = False) -> None:
         self._path = path
-        try:
-            self._fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        except OSError as error:
-            raise DatabaseError(
-                f"cannot use the rate-limit file {path}: {error.strerror}"
-            ) from None
-        try:
-            self._prepare()
-            self._map = mmap.mmap(self._fd, _SIZE)
-        except BaseException:
-            os.close(self._fd)
-            raise
-        # The file as 64-bit numbers (every slot's count and window end is 8-byte
-        # aligned): a number read or written is one load or store.
-        self._numbers = memoryview(self._map).cast("q")
         self._slots: dict[str, tuple[bytes, int]] = {}  # key -> (digest, slot offset)
         self._leases: dict[str, _Lease] = {}
-
-    def _prepare(self) -> None:
-        """Give a new file its table, under the lock (every worker starts at once)."""
-        fcntl.flock(self._fd, fcntl.LOCK_EX)
+        self._checked_at = 0
+        self._in_memory = False
+        self._fd = -1
+        # Serving (a worker's counter), a file damaged since the server's start is ours
+        # to clear; at the start it may be another program's, and is refused.
+        self._serving = fallback
         try:
-            size = os.fstat(self._fd).st_size
-            if size == 0:
-                os.ftruncate(self._fd, _SIZE)
-                os.pwrite(self._fd, _MAGIC, 0)
-            elif size != _SIZE or os.pread(self._fd, len(_MAGIC), 0) != _MAGIC:
+            fd, _ = self._open_path()
+        except DatabaseError as error:
+            if not fallback:
+                raise
+            self._count_in_memory(str(error))
+        else:
+            self._use(fd, in_memory=False)
+
+    def _open_path(self) -> tuple[int, bool]:
+        """A descriptor of the file at the path, its table ready, and whether this call
+        created the file."""
+        flags = os.O_RDWR | os.O_CLOEXEC
+        try:
+            try:
+                fd, created = os.open(self._path, flags | os.O_CREAT | os.O_EXCL, 0o600), True
+            except FileExistsError:
+                fd, created = os.open(self._path, flags), False
+        except OSError as error:
+            raise DatabaseError(
+                f"cannot use the rate-limit file {self._path}: {error.strerror}"
+            ) from None
+        try:
+            cleared = self._prepare(fd, created)
+        except BaseException:
+            os.close(fd)
+            raise
+        if cleared is not None:
+            self._say_cleared(cleared)
+        return fd, created
+
+    def _prepare(self, fd: int, created: bool) -> str | None:
+        """Give a new file its table, under the lock (every worker starts at once); how a
+        damaged one was found, when serving, once cleared."""
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            size = os.fstat(fd).st_size
+            if created or size == 0:  # (another worker's, made a moment ago, may be empty)
+                os.ftruncate(fd, _SIZE)
+                os.pwrite(fd, _MAGIC, 0)
+                return None
+            if self._serving:
+                return _make_whole(fd)
+            if size != _SIZE or os.pread(fd, len(_MAGIC), 0) != _MAGIC:
                 raise DatabaseError(
-                    f"{self._path} is not a leasestar rate-limit file: move it away "
-                    "(it holds only counts of open windows)"
+                    f"{self._path} {_FOREIGN}: move it away (it holds only counts of open windows)"
                 )
+            return None
         except OSError as error:
             raise DatabaseError(
                 f"cannot use the rate-limit file {self._path}: {error.strerror}"
             ) from None
         finally:
-            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+
+    def _say_cleared(self, how: str) -> None:
+        logger.warning(
+            "rate-limit file %s was %s while serving: cleared it, every token's window "
+            "starts again",
+            self._path,
+            how,
+        )
+
+    def _use(self, fd: int, *, in_memory: bool) -> None:
+        """Count in `fd` from now on; what this worker knew of the last one is dropped."""
+        if self._fd >= 0:
+            os.close(self._fd)
+        self._fd = fd
+        self._in_memory = in_memory
+        self._slots.clear()
+        self._leases.clear()
+
+    def _count_in_memory(self, reason: str) -> None:
+        # A file of the worker's own, that no other program can reach to cut or lock.
+        fd = os.memfd_create("leasestar-ratelimit", os.MFD_CLOEXEC)
+        os.ftruncate(fd, _SIZE)
+        os.pwrite(fd, _MAGIC, 0)
+        self._use(fd, in_memory=True)
+        logger.warning(
+            "%s: this worker process counts the rate limit in its own memory until the file "
+            "can be used (every token's window starts again, and each worker process has a "
+            "budget of its own meanwhile)",
+            reason,
+        )
+
+    def _check(self, now: int) -> None:
+        """Follow the path if the file was deleted or replaced, clear it if it was cut or
+        overwritten, and go back to it from memory once it can be used."""
+        self._checked_at = now
+        if self._in_memory:
+            try:
+                fd, _ = self._open_path()
+            except DatabaseError:
+                return  # still unusable: said once already
+            self._use(fd, in_memory=False)
+            logger.warning(
+                "rate-limit file %s can be used again: counting in it (one budget per token "
+                "for every worker process)",
+                self._path,
+            )
+            return
+        if not self._follow_path():
+            try:
+                whole = (
+                    os.fstat(self._fd).st_size == _SIZE
+                    and os.pread(self._fd, len(_MAGIC), 0) == _MAGIC
+                )
+            except OSError as error:
+                self._count_in_memory(
+                    f"cannot read the rate-limit file {self._path}: {error.strerror}"
+                )
+                return
+            if not whole:
+                self._clear()
+
+    def _follow_path(self) -> bool:
+        """Whether the file counted in was no longer the path's (and is not now)."""
+        held = os.fstat(self._fd)
+        try:
+            at_path: os.stat_result | None = os.stat(self._path)
+        except OSError:  # gone, or its directory no longer searchable: opened again below
+            at_path = None
+        if (
+            at_path is not None
+            and held.st_nlink > 0
+            and (at_path.st_dev, at_path.st_ino) == (held.st_dev, held.st_ino)
+        ):
+            return False
+        try:
+            fd, created = self._open_path()
+        except DatabaseError as error:
+            self._count_in_memory(str(error))
+            return True
+        self._use(fd, in_memory=False)
+        if created:  # (the other workers find the file this one made, and say nothing)
+            logger.warning(
+                "rate-limit file %s was deleted while serving: counting in a new one (every "
+                "token's window starts again)",
+                self._path,
+            )
+        return True
+
+    def _clear(self) -> None:
+        """Give the cut or overwritten file a new table, under the lock: the worker that
+        finds it so first does it, and logs it."""
+        fd = self._fd
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            cleared = _make_whole(fd)
+        except OSError as error:
+            failure: str | None = f"cannot write the rate-limit file {self._path}: {error.strerror}"
+        else:
+            failure = None
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        if failure is not None:
+            self._count_in_memory(failure)
+            return
+        self._slots.clear()
+        self._leases.clear()
+        if cleared is not None:
+            self._say_cleared(cleared)
+
+    def _recover(self, error: Exception) -> None:
+        """After a read or write of the file failed: find why, and make the next one work."""
+        if self._follow_path():
+            return
+        if isinstance(error, OSError) and error.errno != errno.EINTR:
+            self._count_in_memory(
+                f"cannot write the rate-limit file {self._path}: {error.strerror}"
+            )
+        else:
+            self._clear()
 
     def close(self) -> None:
-        self._numbers.release()  # (a map with a view on it cannot close)
-        self._map.close()
         os.close(self._fd)
+        self._fd = -1
 
     def count(self, key: str, budget: int, seconds: int) -> Window:
         """Count one request of `key` in a window of `seconds` holding `budget` requests."""
         now = math.floor(time.time())  # (int() of a float costs twice as much)
+        if now != self._checked_at:
+            self._check(now)
         lease = self._leases.get(key)
         if lease is not None and lease.left and lease.resets_at > now:
             lease.left -= 1
             # The file's count as every worker has taken it, less what this one still
-            # holds: read without the lock, for the fields only (one aligned 8-byte load).
-            return self._numbers[lease.count_at] - lease.left, lease.resets_at - now
-        return self._take_lease(key, budget, seconds, now)
+            # holds: read without the lock, for the fields only. A count only rises in
+            # its window, so what reads lower (a read racing another worker's write, or
+            # a file cut since) is answered as one more than the last.
+            try:
+                told = _NUMBER.unpack(os.pread(self._fd, 8, lease.count_at))[0] - lease.left
+            except (OSError, struct.error):
+                told = 0
+            if not lease.told < told <= budget:
+                told = lease.told + 1
+            lease.told = told
+            return told, lease.resets_at - now
+        try:
+            return self._take_lease(key, budget, seconds, now)
+        except (OSError, struct.error, _Unusable) as error:
+            self._recover(error)
+            return self._take_lease(key, budget, seconds, now)  # in the file as it is now
 
     def _take_lease(self, key: str, budget: int, seconds: int, now: int) -> Window:
         """Count one request in the file, with the rest of a lease for this worker."""
@@ -171,83 +390,77 @@ class WindowCounter:
             known = (hashlib.blake2b(key.encode(), digest_size=16).digest(), -1)
         digest, offset = known
         size = min(_LEASE_MOST, max(1, budget // _LEASE_PER_BUDGET))
-        fcntl.flock(self._fd, fcntl.LOCK_EX)
+        fd = self._fd
+        fcntl.flock(fd, fcntl.LOCK_EX)
         try:
+            slot = os.pread(fd, _SLOT.size, offset) if offset >= 0 else b""
             # Another key may have taken the slot over once this key's window ended.
-            if offset < 0 or self._map[offset : offset + 16] != digest:
-                offset = self._find(digest, now)
+            if slot[:16] != digest:
+                offset, slot = self._find(digest, now)
                 self._slots[key] = (digest, offset)
-            count_at = _count_at(offset)
-            count, resets_at = self._numbers[count_at], self._numbers[count_at + 1]
+            _, count, resets_at = _SLOT.unpack(slot)
             if resets_at <= now:
                 count, resets_at = 0, now + seconds
             taken = min(size, budget - count)
             if taken > 0:  # (past the budget nothing is written: a refusal is not counted)
                 count += taken
-                # Each number one aligned 8-byte store, so a worker reading the count
-                # without the lock (`count`'s lease path) sees the old value or the new
-                # one, never a mix (`struct.pack_into` zeroes its bytes before it fills
-                # them: a reader saw 0 there once in a test of four processes).
-                self._numbers[count_at + 1] = resets_at
-                self._numbers[count_at] = count
+                # One write of both numbers: a worker reading the count without the lock
+                # (`count`'s lease path) sees the old value or the new one.
+                if os.pwrite(fd, _WINDOW.pack(count, resets_at), offset + 16) != _WINDOW.size:
+                    raise _Unusable
         finally:
-            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            fcntl.flock(fd, fcntl.LOCK_UN)
         if taken <= 0:
             # Refused. The file's count stays at the budget: another worker's lease,
             # taken before, is still granted in full (a count written past the budget
             # refused its last request).
             return budget + 1, resets_at - now
         left = taken - 1
-        self._leases[key] = _Lease(left, resets_at, count_at)
+        self._leases[key] = _Lease(left, resets_at, offset + 16, count - left)
         return count - left, resets_at - now
 
     def peek(self, key: str, seconds: int) -> Window:
-        """`key`'s window as it stands, without counting a request (none open: an empty
-        window that the next request would open)."""
+        """`key`'s window as it stands, without counting a request (none open, or the
+        file unreadable: an empty window that the next request would open)."""
         now = math.floor(time.time())
         digest = hashlib.blake2b(key.encode(), digest_size=16).digest()
-        fcntl.flock(self._fd, fcntl.LOCK_EX)
+        requests = resets_at = 0
+        fd = self._fd
+        fcntl.flock(fd, fcntl.LOCK_EX)
         try:
-            offset, _ = self._probe(digest, now)
-            requests = resets_at = 0
-            if offset is not None:
-                at = _count_at(offset)
-                requests, resets_at = self._numbers[at], self._numbers[at + 1]
+            table = self._table()
+        except (OSError, _Unusable):
+            table = None
         finally:
-            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        if table is not None:
+            offset, _ = _probe(table, digest, now)
+            if offset is not None:
+                _, requests, resets_at = _SLOT.unpack_from(table, offset - _TABLE_AT)
         if resets_at <= now:
             requests, resets_at = 0, now + seconds
         return requests, resets_at - now
 
-    def _find(self, digest: bytes, now: int) -> int:
-        """The offset of `digest`'s slot, claiming one if it has none (the lock is held)."""
-        found, reusable = self._probe(digest, now)
+    def _table(self) -> bytes:
+        """The file's slots, read at once (the lock is held)."""
+        table = os.pread(self._fd, _SIZE - _TABLE_AT, _TABLE_AT)
+        if len(table) != _SIZE - _TABLE_AT:
+            raise _Unusable
+        return table
+
+    def _find(self, digest: bytes, now: int) -> tuple[int, bytes]:
+        """The offset and bytes of `digest`'s slot, claiming one if it has none (the lock
+        is held)."""
+        table = self._table()
+        found, reusable = _probe(table, digest, now)
         if found is not None:
-            return found
+            return found, table[found - _TABLE_AT : found - _TABLE_AT + _SLOT.size]
         if reusable is None:
             raise CounterFull(f"{self._path}: {_SLOTS} windows are open at once")
-        _SLOT.pack_into(self._map, reusable, digest, 0, 0)
-        return reusable
-
-    def _probe(self, digest: bytes, now: int) -> tuple[int | None, int | None]:
-        """(`digest`'s slot, the first slot it could claim), each an offset or None.
-
-        Linear probing from the digest's home slot, up to the first never-used slot; a
-        slot whose window has ended is taken over (its count no longer matters), so
-        chains never break and the table never fills with old tokens.
-        """
-        home = int.from_bytes(digest[:8], "little") % _SLOTS
-        reusable = None
-        for step in range(_SLOTS):
-            offset = _TABLE_AT + (home + step) % _SLOTS * _SLOT.size
-            slot_digest, _, resets_at = _SLOT.unpack_from(self._map, offset)
-            if slot_digest == digest:
-                return offset, reusable
-            if slot_digest == _FREE:  # never used: the digest is not further on
-                return None, offset if reusable is None else reusable
-            if reusable is None and resets_at <= now:
-                reusable = offset
-        return None, reusable
+        slot = _SLOT.pack(digest, 0, 0)
+        if os.pwrite(self._fd, slot, reusable) != _SLOT.size:
+            raise _Unusable
+        return reusable, slot
 
 
 class TokenLimits:
@@ -264,7 +477,9 @@ class TokenLimits:
         self._open_turns()
 
     def open(self) -> None:
-        self.counter = WindowCounter(self._path)
+        # A worker that cannot use the file counts in its own memory, and says so: its
+        # start failing would have the supervisor start it again, and again.
+        self.counter = WindowCounter(self._path, fallback=True)
         self._open_turns()
 
     def _open_turns(self) -> None:
@@ -285,15 +500,16 @@ class TooManyAtOnce(TooManyRequestsException):
 
 
 # The limit's two fields, as the IETF's RateLimit header fields draft defines them
-# (draft-ietf-httpapi-ratelimit-headers-10): the policy, constant, and its state after this
-# request. Two fields where the draft's earlier versions (and Litestar's limiter) send
-# four: uvicorn scans every byte of every field against a pattern, and with the limiter's
-# work to make them the two fields more cost a get by id about 6 % of its instructions
-# (benchmarks/rate_limit_instructions.py). The state goes with every answer; the policy,
-# which the draft wants "consistent over a sequence of HTTP responses" and lets a server
-# leave out ("clients can still use the RateLimit header field to throttle"), with the
-# answer that opens a window and with every 429: on every answer it was a quarter of the
-# limit's cost (6,300 instructions of a get's 355,000).
+# (draft-ietf-httpapi-ratelimit-headers-10): the policy, constant, and its state after
+# this request. Two fields where the draft's earlier versions (and Litestar's limiter)
+# send four: uvicorn scans every byte of every field against a pattern, and with the
+# limiter's work to make them the two fields more cost a get by id about 6 % of its
+# instructions (benchmarks/rate_limit_instructions.py at commit d986a0d). The state goes
+# with every answer; the policy, which the draft wants "consistent over a sequence of
+# HTTP responses" and lets a server leave out ("clients can still use the RateLimit
+# header field to throttle"), with the answer that opens a window and with every 429: on
+# every answer it was a quarter of the limit's cost (6,300 instructions of a get's
+# 355,000).
 POLICY_FIELD: Final = "RateLimit-Policy"
 STATE_FIELD: Final = "RateLimit"
 POLICY_NAME: Final = "token"  # each token has its own budget

@@ -11,7 +11,7 @@ import logging
 import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal, cast
+from typing import Any, Literal, cast
 
 import msgspec
 from litestar import Controller, MediaType, Request, Response, get
@@ -32,18 +32,8 @@ logger = logging.getLogger("leasestar.health")
 class HealthStatus(msgspec.Struct):
     status: Literal["ok"]
     # Only on a replica: how fresh what it serves is (see the README, "Edge replicas").
-    # Documented as the object itself, not the one-member oneOf `| UnsetType` would give.
-    replica: Annotated[
-        ReplicaHealth | msgspec.UnsetType,
-        msgspec.Meta(
-            extra_json_schema={
-                "extra": {
-                    "one_of": None,
-                    "all_of": [{"$ref": "#/components/schemas/ReplicaHealth"}],
-                }
-            }
-        ),
-    ] = msgspec.UNSET
+    # Documented as the object itself (`openapi.finish_document`).
+    replica: ReplicaHealth | msgspec.UnsetType = msgspec.UNSET
 
 
 def _replica_health(state: State) -> ReplicaHealth | None:
@@ -102,7 +92,7 @@ class ServiceController(Controller):
         media_type=MediaType.JSON,
         response_description="The database answers.",
         responses=error_responses(400, 405, 413, 414, 431, 500, 503),
-        operation_class=operation_class(),
+        operation_class=operation_class(public=True),
     )
     async def health(self, request: Request[Any, Any, State]) -> Response[HealthStatus]:
         """`{"status": "ok"}` when the server's connections and a new connection both read
@@ -140,6 +130,7 @@ class ServiceController(Controller):
                 "(`LEASESTAR_METRICS_ADDRESS`, off by default), the API's included."
             },
         ),
+        operation_class=operation_class(public=True),
     )
     async def metrics(self, request: Request[Any, Any, State]) -> Response[bytes]:
         """Request counts and latencies per route and status, and the row count.

@@ -43,6 +43,20 @@ SETTINGS: dict[str, tuple[str, str, str, Any, str]] = {
     "send_timeout": ("LEASESTAR_SEND_TIMEOUT", "--send-timeout", "45", 45, "30"),
     "keep_alive_timeout": ("LEASESTAR_KEEP_ALIVE_TIMEOUT", "--keep-alive-timeout", "9", 9, "5"),
     "max_connections": ("LEASESTAR_MAX_CONNECTIONS", "--max-connections", "50", 50, "1000"),
+    "reserved_connections": (
+        "LEASESTAR_RESERVED_CONNECTIONS",
+        "--reserved-connections",
+        "20",
+        20,
+        "100",
+    ),
+    "max_connections_per_address": (
+        "LEASESTAR_MAX_CONNECTIONS_PER_ADDRESS",
+        "--max-connections-per-address",
+        "30",
+        30,
+        "100",
+    ),
     "metrics_address": (
         "LEASESTAR_METRICS_ADDRESS",
         "--metrics-address",
@@ -63,6 +77,8 @@ INVALID = {
     "LEASESTAR_SEND_TIMEOUT": "3601",
     "LEASESTAR_KEEP_ALIVE_TIMEOUT": "301",
     "LEASESTAR_MAX_CONNECTIONS": "lots",
+    "LEASESTAR_RESERVED_CONNECTIONS": "-1",
+    "LEASESTAR_MAX_CONNECTIONS_PER_ADDRESS": "0",
     "LEASESTAR_METRICS_ADDRESS": "127.0.0.1",
 }
 
@@ -157,6 +173,8 @@ def test_defaults_without_any_variable() -> None:
         send_timeout=30,
         keep_alive_timeout=5,
         max_connections=1000,
+        reserved_connections=100,
+        max_connections_per_address=100,
         metrics_address=None,
     )
 
@@ -222,6 +240,7 @@ def test_serve_hands_every_flag_to_the_server(
     assert served.compression is False
     assert (served.head_timeout, served.keep_alive_timeout, served.max_connections) == (7, 9, 50)
     assert served.send_timeout == 45
+    assert (served.reserved_connections, served.max_connections_per_address) == (20, 30)
     assert served.metrics_address == ListenAddress("127.0.0.1", 9464)
 
 

@@ -65,7 +65,9 @@ def server(network_db: Path, network_token: str) -> Iterator[Server]:
         *("--head-timeout", str(HEAD_TIMEOUT), "--keep-alive-timeout", str(KEEP_ALIVE)),
         *("--send-timeout", str(SEND_TIMEOUT)),
     )
-    with serve(network_db, *flags, *limits, "--max-connections", str(MAX_CONNECTIONS)) as running:
+    # The slowloris test opens all its connections from one address.
+    caps = ("--max-connections", str(MAX_CONNECTIONS), "--max-connections-per-address", "400")
+    with serve(network_db, *flags, *limits, *caps) as running:
         yield running
 
 

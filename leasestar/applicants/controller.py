@@ -41,7 +41,7 @@ from leasestar.applicants.query import (
 )
 from leasestar.applicants.storage import ApplicantPage, ApplicantReader
 from leasestar.applicants.stream import RecordStream, refuse_paging, wants_ndjson
-from leasestar.asgi import OwnTypeStream, PreEncodedJSON, header_value
+from leasestar.asgi import VARY_LIST, VARY_RECORD, OwnTypeStream, PreEncodedJSON, header_value
 from leasestar.auth import TokenHolder, scope_label
 from leasestar.client.records import ApplicantList, ApplicantSingle, PageMeta
 from leasestar.errors import InvalidParameter
@@ -199,7 +199,7 @@ def _etag(scope: Mapping[str, Any], integrations: frozenset[str] | None, version
 def _json(envelope: type[EnvelopeT], body: bytes, etag: str) -> Response[EnvelopeT]:
     """Pre-encoded JSON sent as the envelope type the handler declares for OpenAPI: the
     bytes already have its shape, so Litestar does not encode anything."""
-    return cast("Response[EnvelopeT]", PreEncodedJSON(body, etag=etag))
+    return cast("Response[EnvelopeT]", PreEncodedJSON(body, etag=etag, vary=VARY_LIST))
 
 
 async def _scope_version(
@@ -222,15 +222,17 @@ async def _not_modified(
     integrations: frozenset[str] | None,
     version: int | None,
     wanted: str | None,
+    vary: tuple[bytes, bytes],
 ) -> PreEncodedJSON | None:
-    """304 when If-None-Match (`wanted`) names the current ETag: no page is read at all."""
+    """304 when If-None-Match (`wanted`) names the current ETag: no page is read at all.
+    It carries the `vary` its 200 would."""
     if not wanted:
         return None
     etag = _etag(
         scope, integrations, version if version is not None else await reader.data_version()
     )
     if wanted.strip() == "*" or etag in (tag.strip() for tag in wanted.split(",")):
-        return PreEncodedJSON(b"", status_code=304, etag=etag)
+        return PreEncodedJSON(b"", status_code=304, etag=etag, vary=vary)
     return None
 
 
@@ -266,7 +268,7 @@ async def record_answer(
     # get by id of an unscoped token without If-None-Match, the common one, needs neither.
     scoped = None if integrations is None else await _scope_version(reader, integrations)
     not_modified = (
-        await _not_modified(reader, scope, integrations, scoped, wanted)
+        await _not_modified(reader, scope, integrations, scoped, wanted, VARY_RECORD)
         if exists and wanted
         else None
     )
@@ -277,7 +279,7 @@ async def record_answer(
     if record is None:
         raise NotFoundException()
     body = b"".join((b'{"meta":', _record_meta(query), b',"results":', record, b"}"))
-    return PreEncodedJSON(body, etag=_etag(scope, integrations, version))
+    return PreEncodedJSON(body, etag=_etag(scope, integrations, version), vary=VARY_RECORD)
 
 
 async def _stream(request: Request[TokenHolder, Any, State], codec: CursorCodec) -> Response[Any]:
@@ -286,7 +288,8 @@ async def _stream(request: Request[TokenHolder, Any, State], codec: CursorCodec)
     refuse_paging(_query_pairs(raw))
     query = await resolve_latest(_list_query(raw, codec), request.app.state.reader.data_version)
     records = RecordStream(request.app.state.database_file.path, query, _scope(request))
-    return cast("Response[Any]", OwnTypeStream(records.chunks(), media_type=NDJSON))
+    vary = {VARY_LIST[0].decode(): VARY_LIST[1].decode()}
+    return cast("Response[Any]", OwnTypeStream(records.chunks(), media_type=NDJSON, headers=vary))
 
 
 async def _wait_for_changes(
@@ -341,7 +344,9 @@ class ApplicantController(Controller):
         scoped = await _scope_version(reader, _scope(request))
         # A long poll is never answered 304: it waits for the records instead.
         wanted = None if wait else header_value(request.scope["headers"], b"if-none-match")
-        not_modified = await _not_modified(reader, request.scope, _scope(request), scoped, wanted)
+        not_modified = await _not_modified(
+            reader, request.scope, _scope(request), scoped, wanted, VARY_LIST
+        )
         if not_modified is not None:
             return cast("Response[ApplicantList]", not_modified)
         page = await reader.fetch_page(query, _scope(request))

@@ -1,11 +1,11 @@
 """`GET /v1/applicants/{id}` answered in front of Litestar's router, with the same rules.
 
 Get by id is the route clients call most, and its own work is small (a token check, one
-indexed row, an ETag). Measured in-process (`benchmarks/direct_route_cost.py`), 42 % of
-a get's instructions went to finding the route, building a `Request`, the signature and
-kwargs models, turning the handler's answer into a response and two exception layers;
-none of them decides anything for this route, whose one parameter is a string taken from
-the path and whose handler reads its query itself.
+indexed row, an ETag). Measured in-process (`benchmarks/direct_route_cost.py` at commit
+d986a0d), 42 % of a get's instructions went to finding the route, building a `Request`,
+the signature and kwargs models, turning the handler's answer into a response and two
+exception layers; none of them decides anything for this route, whose one parameter is a
+string taken from the path and whose handler reads its query itself.
 
 So this ASGI layer, placed in front of Litestar's ASGI handler (inside the observability,
 hygiene and compression wrappers, which see every request as before), answers the route
@@ -34,15 +34,14 @@ from collections.abc import Mapping
 from typing import Any, Final, cast
 
 from litestar import Litestar
-from litestar._asgi.utils import is_valid_host
 from litestar.exceptions import LitestarException
 from litestar.middleware import DefineMiddleware
-from litestar.middleware._internal.exceptions.middleware import ExceptionHandlerMiddleware
 from litestar.types import ASGIApp, Receive, Scope, Send
 from litestar.utils.scope.state import ScopeState
 
 from leasestar.applicants.controller import record_answer
 from leasestar.auth import authenticate
+from leasestar.litestar_private import ExceptionHandlerMiddleware, is_valid_host
 from leasestar.rate_limit import SharedRateLimitMiddleware
 
 PREFIX: Final = "/v1/applicants/"

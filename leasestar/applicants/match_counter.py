@@ -5,7 +5,7 @@ SQLite counts a date range by stepping over every matching index entry (tens of 
 bound, by reading every matching row (hundreds of ms, seconds at 1,000,000). Each
 process keeps instead a columnar copy of what the broad filters test (`COLUMNS`: the
 change sequence, the three instants, the four equality columns as small integer
-codes, and seven more codes for orders; 73 bytes a row), indexed by rowid,
+codes, and seven more codes for orders; 77 bytes a row), indexed by rowid,
 and counts a combination with one vectorized comparison per filter over it: about a
 nanosecond a row, ~1 ms at 1,000,000, whatever the filters, their values, the scope and
 the sync position. Order statistics kept per (column, group) would count in O(log n),
