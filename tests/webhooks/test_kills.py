@@ -41,16 +41,16 @@ def start_server(path: Path, workers: int, log: Path) -> tuple[subprocess.Popen[
     return process, f"http://127.0.0.1:{port}"
 
 
-def wait_healthy(base_url: str, process: subprocess.Popen[bytes]) -> None:
+def wait_healthy(base_url: str, process: subprocess.Popen[bytes], log: Path) -> None:
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
-        assert process.poll() is None, "the server exited"
+        assert process.poll() is None, f"the server exited: {log.read_text()[-2000:]}"
         try:
             if httpx.get(f"{base_url}/health", timeout=2).status_code == 200:
                 return
         except httpx.TransportError:
             time.sleep(0.05)
-    raise AssertionError("the server did not start")
+    raise AssertionError(f"the server did not start: {log.read_text()[-2000:]}")
 
 
 def kill_group(process: subprocess.Popen[bytes]) -> None:
@@ -87,7 +87,7 @@ def test_kills_at_random_moments_lose_and_invent_nothing(tmp_path: Path) -> None
             connection.close()
         for number in range(ROUNDS):
             server, base_url = start_server(path, workers=1 + number % 2, log=log)
-            wait_healthy(base_url, server)
+            wait_healthy(base_url, server, log)
             importing = subprocess.Popen(
                 [*leasestar_command(), "import", "--db", str(path),
                  str(write_round(tmp_path, number))],
@@ -104,7 +104,7 @@ def test_kills_at_random_moments_lose_and_invent_nothing(tmp_path: Path) -> None
             kill_group(server)
         server, base_url = start_server(path, workers=2, log=log)
         try:
-            wait_healthy(base_url, server)
+            wait_healthy(base_url, server, log)
             expected = committed(path)
             assert expected, "no import committed: the kill points leave nothing to check"
             receiver.wait_for(
@@ -122,5 +122,8 @@ def assert_delivered_exactly_the_committed(receiver: Receiver, expected: dict[in
         # A duplicate (sent again after a kill) is the same event: same id, same body.
         assert by_event.setdefault(event["event_id"], event) == event
     delivered = {event["change_seq"]: event["record_id"] for event in by_event.values()}
+    missing = sorted(expected.keys() - delivered.keys())
+    invented = sorted(delivered.keys() - expected.keys())
+    assert (missing[:5], invented[:5]) == ([], []), (len(missing), len(invented))
     assert delivered == expected  # all of them, and nothing that never committed
     assert len(by_event) == len(expected)  # one event id per change
