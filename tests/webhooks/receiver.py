@@ -66,9 +66,12 @@ def receiving(answer: Answer = accept, path: str = "/hook") -> Iterator[Receiver
 
         def do_POST(self) -> None:
             length = int(self.headers.get("content-length", "0"))
-            request = Received(
-                {k.lower(): v for k, v in self.headers.items()}, self.rfile.read(length)
-            )
+            headers = {name.lower(): value for name, value in self.headers.items()}
+            body = self.rfile.read(length)
+            if len(body) < length:  # the sender was killed mid-request: nothing arrived
+                self.close_connection = True
+                return
+            request = Received(headers, body)
             with receiver.lock:
                 number = len(receiver.received)
                 receiver.received.append(request)
