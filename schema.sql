@@ -127,3 +127,75 @@ CREATE TABLE IF NOT EXISTS tokens (
     -- JSON array of integration ids the token may see; NULL means every integration
     integrations TEXT
 );
+
+-- Webhooks (issue 28, leasestar/webhooks/). A subscription is sent the changes committed
+-- after it was created, in change order. Secrets sign, so they are stored as they are
+-- (a hash could not sign): the file is as secret as the records themselves; no command
+-- prints a secret after it was created. `previous_secret` still signs, beside the new
+-- one, until `previous_until` (a rotation's grace period). `delivered_through` is the
+-- change sequence up to which every event is done (delivered, or given up after the
+-- retry horizon): the one cursor a restart resumes from, so an event is sent at least
+-- once whatever moment the server was killed at.
+CREATE TABLE IF NOT EXISTS webhook_subscriptions (
+    id                TEXT    NOT NULL PRIMARY KEY,
+    url               TEXT    NOT NULL,
+    -- JSON array of integration ids; NULL means every integration
+    integrations      TEXT,
+    -- JSON array of DATA_NEW, DATA_UPDATE
+    events            TEXT    NOT NULL,
+    signing           TEXT    NOT NULL CHECK (signing IN ('propexo', 'standard')),
+    secret            TEXT    NOT NULL,
+    previous_secret   TEXT,
+    previous_until    INTEGER,
+    created_at        INTEGER NOT NULL,
+    updated_at        INTEGER NOT NULL,
+    revoked_at        INTEGER,
+    -- set when the receiver answered 410 Gone: nothing more is sent
+    disabled_at       INTEGER,
+    disabled_reason   TEXT,
+    delivered_through INTEGER NOT NULL
+);
+
+-- The outbox: one event per applicant row a write changed, inserted by the writer in the
+-- data's own transaction, so a kill at any moment leaves both or neither. Keyed by the
+-- change sequence of the row write it describes (one event per row write). `data` is
+-- encoded as applicants.body is (applicants/bodies.py): DATA_NEW holds the stored body
+-- itself (compressed, no second copy of the work), DATA_UPDATE the diff as plain JSON.
+-- Written only while a subscription is active (webhooks/outbox.py says why); rows every
+-- subscription is done with are deleted by the deliverer.
+CREATE TABLE IF NOT EXISTS webhook_events (
+    change_seq     INTEGER NOT NULL PRIMARY KEY,
+    -- 96 random bits: unique without a second index for every write to maintain
+    event_id       TEXT    NOT NULL,
+    event_type     TEXT    NOT NULL,
+    record_id      TEXT    NOT NULL,
+    integration_id TEXT    NOT NULL,
+    property_id    TEXT    NOT NULL,
+    created_at     INTEGER NOT NULL,
+    data           BLOB    NOT NULL
+);
+
+-- Every attempt to send an event to a subscription, and its answer, for `leasestar
+-- webhook deliveries`: written by the deliverer after the attempt (an attempt a kill
+-- cut short is made again, which is what at least once means).
+CREATE TABLE IF NOT EXISTS webhook_attempts (
+    subscription_id TEXT    NOT NULL,
+    change_seq      INTEGER NOT NULL,
+    attempt         INTEGER NOT NULL,
+    attempted_at    INTEGER NOT NULL,
+    -- delivered, retry, failed (gave up at the horizon) or gone (410: disabled)
+    outcome         TEXT    NOT NULL,
+    status          INTEGER,
+    answer          TEXT    NOT NULL,
+    next_attempt_at INTEGER,
+    PRIMARY KEY (subscription_id, change_seq, attempt)
+) WITHOUT ROWID;
+
+-- What a token may do besides reading applicants: `webhooks` manages subscriptions over
+-- HTTP (/v1/webhooks/). A table rather than a column of tokens, so older databases
+-- gain it by schema.sql alone.
+CREATE TABLE IF NOT EXISTS token_permissions (
+    name       TEXT NOT NULL,
+    permission TEXT NOT NULL CHECK (permission IN ('webhooks')),
+    PRIMARY KEY (name, permission)
+) WITHOUT ROWID;

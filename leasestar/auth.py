@@ -38,12 +38,18 @@ _BEARER_TOKEN = re.compile(r"[Bb][Ee][Aa][Rr][Ee][Rr] +(lst_([0-9a-f]{12})_[A-Za
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 
 
+# What a token may do besides reading applicants (table token_permissions).
+PERMISSIONS: Final = ("webhooks",)  # webhooks: manage subscriptions at /v1/webhooks/
+
+
 @dataclass(frozen=True, slots=True)
 class TokenHolder:
-    """Who is calling: the token's name and the integrations it may see (None = all)."""
+    """Who is calling: the token's name, the integrations it may see (None = all) and what
+    else it may do."""
 
     name: str
     integrations: frozenset[str] | None
+    permissions: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,7 +69,10 @@ def hash_token(token: str) -> bytes:
 
 
 def create_token(
-    connection: sqlite3.Connection, name: str, integrations: tuple[str, ...] = ()
+    connection: sqlite3.Connection,
+    name: str,
+    integrations: tuple[str, ...] = (),
+    permissions: tuple[str, ...] = (),
 ) -> str:
     """Store a new token's hash under a unique name and return the token (shown once)."""
     if _NAME.fullmatch(name) is None:
@@ -73,6 +82,9 @@ def create_token(
         )
     if any(not integration for integration in integrations):
         raise TokenError("an --integration id cannot be empty")
+    unknown = sorted(set(permissions) - set(PERMISSIONS))
+    if unknown:
+        raise TokenError(f"unknown permission {unknown[0]!r}: one of {', '.join(PERMISSIONS)}")
     token_id = secrets.token_hex(6)
     token = f"{TOKEN_PREFIX}{token_id}_{secrets.token_urlsafe(32)}"
     scope = json.dumps(sorted(set(integrations))) if integrations else None
@@ -82,6 +94,10 @@ def create_token(
                 "INSERT INTO tokens (name, token_id, token_hash, created_at, integrations) "
                 "VALUES (?, ?, ?, ?, ?)",
                 (name, token_id, hash_token(token), now_micros(), scope),
+            )
+            connection.executemany(
+                "INSERT OR IGNORE INTO token_permissions (name, permission) VALUES (?, ?)",
+                [(name, permission) for permission in permissions],
             )
     except sqlite3.IntegrityError:
         raise TokenError(f"a token named {name!r} already exists") from None
@@ -175,15 +191,20 @@ class TokenRegistry:
         (version,) = self._db.execute("PRAGMA data_version").fetchone()
         if version != self._version:
             rows = self._db.execute(
-                "SELECT name, token_id, token_hash, integrations FROM tokens "
-                "WHERE revoked_at IS NULL"
+                "SELECT name, token_id, token_hash, integrations, (SELECT "
+                "group_concat(permission) FROM token_permissions AS p WHERE p.name = t.name) "
+                "FROM tokens AS t WHERE revoked_at IS NULL"
             ).fetchall()
             self._active = {
                 token_key: _ActiveToken(
-                    TokenHolder(name, frozenset(json.loads(scope)) if scope is not None else None),
+                    TokenHolder(
+                        name,
+                        frozenset(json.loads(scope)) if scope is not None else None,
+                        frozenset(allowed.split(",")) if allowed else frozenset(),
+                    ),
                     bytes(stored_hash),
                 )
-                for name, token_key, stored_hash, scope in rows
+                for name, token_key, stored_hash, scope, allowed in rows
             }
             self._version = version
         return self._active.get(public_id)

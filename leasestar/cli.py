@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from typing import Final
 
 from leasestar import __version__, commands
-from leasestar.auth import TokenError
+from leasestar.auth import PERMISSIONS, TokenError
 from leasestar.config import (
     DEFAULT_DB,
     DEFAULT_RATE_LIMIT,
@@ -40,6 +40,8 @@ from leasestar.config import (
 )
 from leasestar.database import DatabaseError, describe_failure
 from leasestar.replica.layout import ReplicaError
+from leasestar.webhooks import commands as webhook_commands
+from leasestar.webhooks.subscriptions import SubscriptionError
 
 EXIT_USAGE: Final = 2
 
@@ -311,12 +313,19 @@ def build_parser(settings: Settings) -> argparse.ArgumentParser:
         metavar="ID",
         help="restrict the token to this integration_id (repeatable; none = all)",
     )
+    create.add_argument(
+        "--permission",
+        action="append",
+        choices=PERMISSIONS,
+        help="also allow: webhooks (manage subscriptions at /v1/webhooks/); repeatable",
+    )
     create.set_defaults(handler=commands.token_create)
     listing = token_commands.add_parser("list", parents=[common], help="list tokens")
     listing.set_defaults(handler=commands.token_list)
     revoke = token_commands.add_parser("revoke", parents=[common], help="revoke a token by name")
     revoke.add_argument("name", metavar="NAME")
     revoke.set_defaults(handler=commands.token_revoke)
+    webhook_commands.add_parser(subcommands, common)
     return parser
 
 
@@ -329,7 +338,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser(settings).parse_args(argv)
     try:
         return int(args.handler(args))
-    except (commands.CommandError, DatabaseError, TokenError, ReplicaError) as error:
+    except (
+        commands.CommandError,
+        DatabaseError,
+        TokenError,
+        ReplicaError,
+        SubscriptionError,
+    ) as error:
         print(f"leasestar: {error}", file=sys.stderr)
         return 1
     except sqlite3.Error as error:

@@ -37,6 +37,7 @@ from leasestar.database import open_for_write, read_uri
 from leasestar.log_lines import install_formatter
 from leasestar.rate_limit import WindowCounter, counter_path
 from leasestar.replica.layout import refuse_writes, replica_of
+from leasestar.webhooks.retries import RetryPolicy, RetrySettingsError
 
 if TYPE_CHECKING:
     import uvicorn  # imported when serving: the other commands do without it
@@ -132,7 +133,7 @@ def seed_database(path: Path, count: int, seed: int) -> int:
         connection.close()
 
 
-def _open_to_read(path: Path) -> sqlite3.Connection:
+def open_to_read(path: Path) -> sqlite3.Connection:
     """A connection for a reading command: read-only on a replica, whose one writer is
     its follower; on a primary, opened as for writing (creating or migrating it)."""
     if replica_of(path) is None:
@@ -170,6 +171,10 @@ def serve(args: argparse.Namespace) -> int:
             raise CommandError(f"--metrics-address needs a port other than the API's ({args.port})")
         _check_port(metrics.host, metrics.port)
     path = db_path(args)
+    try:
+        RetryPolicy.from_env()  # refused here in one line, not by each worker with a trace
+    except RetrySettingsError as error:
+        raise CommandError(str(error)) from None
     if args.replica_of is not None:
         return _serve_replica(args, path)
     following = replica_of(path)
@@ -397,7 +402,7 @@ def export(args: argparse.Namespace) -> int:
     path = db_path(args)
     if not path.exists():
         raise CommandError(f"database does not exist: {path}")
-    connection = _open_to_read(path)
+    connection = open_to_read(path)
     try:
         progress = Progress("export")
         if sys.stderr.isatty():
@@ -431,7 +436,12 @@ def token_create(args: argparse.Namespace) -> int:
     refuse_writes(db_path(args))
     connection = open_for_write(db_path(args))
     try:
-        token = create_token(connection, args.name, tuple(args.integration or ()))
+        token = create_token(
+            connection,
+            args.name,
+            tuple(args.integration or ()),
+            tuple(getattr(args, "permission", None) or ()),
+        )
     finally:
         connection.close()
     scope = ", ".join(sorted(set(args.integration))) if args.integration else "all integrations"
@@ -441,7 +451,7 @@ def token_create(args: argparse.Namespace) -> int:
 
 
 def token_list(args: argparse.Namespace) -> int:
-    connection = _open_to_read(db_path(args))
+    connection = open_to_read(db_path(args))
     try:
         tokens = list_tokens(connection)
     finally:

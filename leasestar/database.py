@@ -34,7 +34,7 @@ import aiosqlite
 
 logger = logging.getLogger("leasestar.database")
 
-SCHEMA_VERSION: Final = 3
+SCHEMA_VERSION: Final = 4
 # What an existing database of an older version needs beyond schema.sql's CREATE ... IF
 # NOT EXISTS, by the version that brings it; run once, in the transaction that applies
 # the schema.
@@ -46,6 +46,8 @@ MIGRATIONS: Final[dict[int, str]] = {
     # which every reader serves as it is (applicants/bodies.py, RAW); each is compressed
     # when next written, and a file is only as small as a new one once imported afresh.
     3: "",
+    # Webhooks (schema.sql): new tables only.
+    4: "",
 }
 SQLITE_HEADER: Final = b"SQLite format 3\x00"
 _HEADER_BYTES: Final = 100  # the database header, before the first page's content

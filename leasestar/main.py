@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any, cast
@@ -34,6 +35,9 @@ from leasestar.rate_limit import SharedRateLimitMiddleware, TokenLimits, counter
 from leasestar.replica.layout import ReplicaLayout
 from leasestar.replica.status import ReplicaMetrics
 from leasestar.service import DatabaseFile, ServiceController
+from leasestar.webhooks.deliverer import Deliverer, run_deliverer
+from leasestar.webhooks.metrics import WebhookCollector
+from leasestar.webhooks.routes import WebhookController
 
 UNAUTHENTICATED_PATHS = ["^/schema", "^/health", "^/metrics"]
 
@@ -54,6 +58,8 @@ def create_app(settings: Settings | None = None, *, direct_route: bool = True) -
     layout = ReplicaLayout(settings.db_path)
     replica = layout if layout.marker() is not None else None
     replica_metrics = ReplicaMetrics(metrics.registry) if replica is not None else None
+    if replica is None:
+        metrics.registry.register(WebhookCollector(settings.db_path))
     limits = (
         TokenLimits(counter_path(settings.db_path), settings.token_concurrency)
         if settings.rate_limit is not None
@@ -81,9 +87,17 @@ def create_app(settings: Settings | None = None, *, direct_route: bool = True) -
         pool.reopen_with(app.state.tokens)
         if limits is not None:
             limits.open()
+        # Webhooks: one worker delivers, the others stand by (webhooks/deliverer.py);
+        # a replica never sends.
+        deliverer = Deliverer(settings.db_path) if replica is None else None
+        app.state.deliverer = deliverer
+        delivering = asyncio.create_task(run_deliverer(deliverer)) if deliverer else None
         try:
             yield
         finally:
+            if delivering is not None:
+                delivering.cancel()
+                await delivering
             access_log.flush()
             await app.state.change_watcher.close()
             app.state.tokens.close()
@@ -110,7 +124,7 @@ def create_app(settings: Settings | None = None, *, direct_route: bool = True) -
         api = Router("/", route_handlers=[ApplicantController], middleware=[middleware_of_api])
 
     app = Litestar(
-        route_handlers=[api, ServiceController, docs_assets()],
+        route_handlers=[api, ServiceController, WebhookController, docs_assets()],
         lifespan=[database],
         exception_handlers=EXCEPTION_HANDLERS,
         logging_config=LoggingConfig(formatters=logging_formatters(settings.log_format)),

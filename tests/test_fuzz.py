@@ -122,6 +122,11 @@ def test_every_route_is_documented(api_schema: OpenApiSchema) -> None:
         ("GET", "/v1/applicants/{id}"),
         ("GET", "/health"),
         ("GET", "/metrics"),
+        # issue 28: answered only to tokens with the webhooks permission
+        ("GET", "/v1/webhooks"),
+        ("POST", "/v1/webhooks"),
+        ("GET", "/v1/webhooks/{webhook_id}"),
+        ("DELETE", "/v1/webhooks/{webhook_id}"),
     }
 
 
@@ -205,7 +210,13 @@ def test_every_schemathesis_phase_holds(fuzz_db: Path, fuzz_token: str) -> None:
         }
     )
     app = create_app(Settings(db_path=fuzz_db, log_format="off"))
-    loaded = schemathesis.openapi.from_asgi("/schema/openapi.json", app, config=config)
+    # The webhook routes (issue 28) are left out: to this token, which lacks the webhooks
+    # permission, they answer every method as an unknown route does (404, by design, where
+    # schemathesis expects 405), and with the permission a fuzzer would subscribe random
+    # URLs that the server then POSTs to. tests/webhooks/test_routes.py covers them.
+    loaded = schemathesis.openapi.from_asgi("/schema/openapi.json", app, config=config).exclude(
+        path_regex="^/v1/webhooks"
+    )
     problems: list[str] = []
     phases: dict[str, str] = {}
     scenarios = 0

@@ -112,7 +112,8 @@ async def test_every_route_is_documented(client: Client, document: Document) -> 
         for route in client.app.routes
         if not route.path.startswith("/schema")
     }
-    assert served == {LIST, RECORD, HEALTH, METRICS}
+    # The webhook routes (issue 28) answer only tokens with the webhooks permission.
+    assert served == {LIST, RECORD, HEALTH, METRICS, "/v1/webhooks", "/v1/webhooks/{webhook_id}"}
     assert set(document["paths"]) == served
     assert document["paths"][LIST]["get"]["operationId"] == "listApplicants"
     assert document["paths"][RECORD]["get"]["operationId"] == "getApplicant"
@@ -137,9 +138,13 @@ async def test_query_parameters_are_documented_with_their_rules(document: Docume
         assert parameter["required"] is False, name
         assert parameter["description"], name
         assert parameter["schema"].get("type") in ("string", "integer", None), name
+    # changed_since: a sequence, or `latest` (issue 28): the integer branch holds the rule.
+    integer_since, latest = listed["changed_since"]["schema"]["anyOf"]
+    assert latest == {"type": "string", "enum": ["latest"]}
+    schemas = {name: listed[name]["schema"] for name in ("offset", "limit", "wait")}
     bounds = {
-        name: {key: listed[name]["schema"].get(key) for key in ("minimum", "maximum", "format")}
-        for name in ("offset", "limit", "changed_since", "wait")
+        name: {key: schema.get(key) for key in ("minimum", "maximum", "format")}
+        for name, schema in (schemas | {"changed_since": integer_since}).items()
     }
     assert bounds == {
         "offset": {"minimum": 0, "maximum": 2**63 - 1, "format": "int64"},

@@ -37,6 +37,7 @@ from leasestar.applicants.query import (
     parse_list_query,
     parse_record_query,
     parse_wait,
+    resolve_latest,
 )
 from leasestar.applicants.storage import ApplicantPage, ApplicantReader
 from leasestar.applicants.stream import RecordStream, refuse_paging, wants_ndjson
@@ -282,11 +283,11 @@ async def record_answer(
     return PreEncodedJSON(body, etag=_etag(scope, integrations, version), vary=VARY_RECORD)
 
 
-def _stream(request: Request[TokenHolder, Any, State], codec: CursorCodec) -> Response[Any]:
+async def _stream(request: Request[TokenHolder, Any, State], codec: CursorCodec) -> Response[Any]:
     """Every match of the query, as NDJSON from one snapshot (see `stream.py`)."""
     raw = request.scope["query_string"]
     refuse_paging(_query_pairs(raw))
-    query = _list_query(raw, codec)
+    query = await resolve_latest(_list_query(raw, codec), request.app.state.reader.data_version)
     records = RecordStream(request.app.state.database_file.path, query, _scope(request))
     vary = {VARY_LIST[0].decode(): VARY_LIST[1].decode()}
     return cast("Response[Any]", OwnTypeStream(records.chunks(), media_type=NDJSON, headers=vary))
@@ -341,10 +342,10 @@ class ApplicantController(Controller):
         codec = database_codec.for_scope(_scope(request))
         raw = request.scope["query_string"]
         if wants_ndjson(header_value(request.scope["headers"], b"accept")):
-            return _stream(request, codec)
-        query = _list_query(raw, codec)
-        wait = parse_wait(dict(_query_pairs(raw)).get("wait"), sync=query.changed_since is not None)
+            return await _stream(request, codec)
         reader: ApplicantReader = request.app.state.reader
+        query = await resolve_latest(_list_query(raw, codec), reader.data_version)
+        wait = parse_wait(dict(_query_pairs(raw)).get("wait"), sync=query.changed_since is not None)
         scoped = await _scope_version(reader, _scope(request))
         # A long poll is never answered 304: it waits for the records instead.
         wanted = None if wait else header_value(request.scope["headers"], b"if-none-match")

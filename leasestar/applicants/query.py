@@ -8,7 +8,7 @@ so the document cannot drift from the behaviour; its filters are the rows of
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, Final
 
 import msgspec
@@ -28,6 +28,10 @@ from leasestar.errors import InvalidParameter
 MAX_LIMIT: Final = 250
 DEFAULT_LIMIT: Final = 100
 MAX_OFFSET: Final = 2**63 - 1
+# `changed_since=latest`: start the feed at the current sequence (Microsoft Graph's
+# `$deltatoken=latest`). Held as LATEST until the handler reads the sequence.
+LATEST_TEXT: Final = "latest"
+LATEST: Final = -1
 MAX_ORDER_KEYS: Final = 4
 MAX_WAIT_SECONDS: Final = 60
 DEFAULT_ORDER: Final = (SortKey("created_at", "desc"),)
@@ -105,8 +109,15 @@ PARAMETERS: Final[tuple[QueryParameterSpec, ...]] = (
         "change order (`order-by` and `offset` cannot be given; of the filters only "
         "`integration_id`, `x_property_id` and `x_id`, which a record never changes). Start "
         "at 0, follow `meta.next` while `hasMore`, then store `meta.changeSeq` and pass it "
-        "here next time.",
-        schema={"type": "integer", "format": "int64", "minimum": 0, "maximum": MAX_OFFSET},
+        "here next time. `latest` starts from now, without reading the history: an empty "
+        "page whose `meta.changeSeq` is the current sequence (a new webhook subscriber's "
+        "starting point).",
+        schema={
+            "anyOf": [
+                {"type": "integer", "format": "int64", "minimum": 0, "maximum": MAX_OFFSET},
+                {"type": "string", "enum": [LATEST_TEXT]},
+            ]
+        },
         list_only=True,
     ),
     QueryParameterSpec(
@@ -204,7 +215,9 @@ _NOT_WITH_SYNC: Final = tuple(
 
 def _with_changed_since(values: dict[str, str], query: ApplicantQuery) -> ApplicantQuery:
     text = values["changed_since"]
-    since = _integer("changed_since", text, 0, MAX_OFFSET)
+    # `latest` stays symbolic here (parsed queries are cached): the handler puts the
+    # current sequence in its place (`resolve_latest`).
+    since = LATEST if text == LATEST_TEXT else _integer("changed_since", text, 0, MAX_OFFSET)
     for conflicting in ("order-by", "offset"):
         if conflicting in values:
             raise InvalidParameter(
@@ -317,3 +330,12 @@ def parse_wait(text: str | None, *, sync: bool) -> int:
             "wait", text, "wait applies only to the sync feed: give changed_since (or its cursor)"
         )
     return seconds
+
+
+async def resolve_latest(
+    query: ApplicantQuery, current: Callable[[], Awaitable[int]]
+) -> ApplicantQuery:
+    """`query` with `changed_since=latest` replaced by the sequence `current` reads."""
+    if query.changed_since != LATEST:
+        return query
+    return msgspec.structs.replace(query, changed_since=await current())

@@ -11,12 +11,13 @@ import secrets
 import sqlite3
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Final, Protocol
+from typing import Any, Final, Protocol
 
 from leasestar.applicants.bodies import BodyEncoder
 from leasestar.applicants.prepared import Prepared, prepare
 from leasestar.applicants.records import Applicant, applicant_encoder
 from leasestar.instants import format_instant, now_micros
+from leasestar.webhooks.outbox import Outbox, subscribed
 
 # A write switches to bulk mode (secondary indexes rebuilt at the end) after this many
 # rows, and only once it has written at least a quarter as many rows as were stored.
@@ -67,6 +68,8 @@ _FIND: Final = (
     "SELECT id, created_at, updated_at, last_seen, content_hash FROM applicants "
     "WHERE integration_id = ? AND x_property_id = ? AND x_id = ?"
 )
+# The same, with the stored body a DATA_UPDATE event is the difference from.
+_FIND_WITH_BODY: Final = _FIND.replace("content_hash FROM", "content_hash, body FROM")
 _EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND: Final = timedelta(microseconds=1)
 
@@ -130,6 +133,8 @@ class ApplicantWriter:
         self._pragmas: dict[str, int] = {}  # their values before this write
         self._written: bytearray | None = None
         self._bodies: BodyEncoder | None = None  # from the transaction's start
+        self._outbox: Outbox | None = None  # while a webhook subscription is active
+        self._find = _FIND
         self.counts = WriteCounts()
 
     @property
@@ -152,6 +157,9 @@ class ApplicantWriter:
                 "SELECT coalesce(max(rowid), 0) FROM applicants"
             ).fetchone()
             self._bodies = BodyEncoder(self._db)
+            if subscribed(self._db):
+                self._outbox = Outbox(self._db)
+                self._find = _FIND_WITH_BODY
         except BaseException:
             if self._db.in_transaction:  # SQLite may have rolled back already (a full disk)
                 self._db.execute("ROLLBACK")
@@ -235,7 +243,7 @@ class ApplicantWriter:
         """Insert or update one prepared record by its source key (raises RecordError)."""
         slot = hash(record.key) & (len(self._written) - 1) if self._written is not None else 0
         if self._written is None or self._written[slot]:
-            existing = self._cursor.execute(_FIND, record.key).fetchone()
+            existing = self._cursor.execute(self._find, record.key).fetchone()
         else:
             existing = None
         stamps = self._service_fields(record, existing)
@@ -246,6 +254,8 @@ class ApplicantWriter:
         stored_id, created, updated, last_seen = stamps
         integration_id, x_property_id, x_id = record.key
         vendor, property_id, *person = record.columns
+        body = self._body(record, stamps)
+        stored_body = self._encoder.encode(body)
         row = (
             stored_id,
             self._change_seq,
@@ -259,7 +269,7 @@ class ApplicantWriter:
             last_seen,
             *person,
             record.digest,
-            self._encoder.encode(self._body(record, stamps)),
+            stored_body,
         )
         try:
             if existing is None:
@@ -272,6 +282,13 @@ class ApplicantWriter:
                 self.counts.updated += 1
         except sqlite3.IntegrityError:
             raise RecordError(f"id: {stored_id!r} already belongs to another applicant") from None
+        if self._outbox is not None:
+            where = (integration_id, str(property_id))
+            if existing is None:
+                self._outbox.new(self._change_seq, stored_id, where, stored_body)
+            elif existing[4] != record.digest or (created, updated) != existing[1:3]:
+                # (Only last_seen moved otherwise: no event, outbox.py says why.)
+                self._outbox.update(self._change_seq, stored_id, where, existing[5], body)
         if not self._dropped and self.counts.inserted + self.counts.updated >= self._bulk_at:
             self._enter_bulk()
 
@@ -282,7 +299,7 @@ class ApplicantWriter:
         return self._bodies
 
     def _service_fields(
-        self, record: Prepared, existing: tuple[str, int, int, int, bytes] | None
+        self, record: Prepared, existing: tuple[Any, ...] | None
     ) -> tuple[str, int, int, int] | None:
         """(id, created_at, updated_at, last_seen) to store; None when nothing would change."""
         given_id, given_created, given_updated, given_last_seen = record.given
@@ -292,7 +309,7 @@ class ApplicantWriter:
             created = _micros(given_created) if given_created is not None else self._seen_at
             updated = _micros(given_updated) if given_updated is not None else self._seen_at
             return stored_id, created, updated, last_seen
-        old_id, old_created, old_updated, old_last_seen, old_digest = existing
+        old_id, old_created, old_updated, old_last_seen, old_digest = existing[:5]
         if given_id is not None and given_id != old_id:
             # An applicant's id is how clients, cursors and the sync feed know it: a
             # changed id would leave them holding one that answers 404.

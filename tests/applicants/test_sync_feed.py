@@ -29,6 +29,7 @@ from leasestar.auth import create_token
 from leasestar.config import Settings
 from leasestar.database import open_for_write
 from leasestar.main import create_app
+from leasestar.seed.generator import synthetic_applicants
 from tests.strategies import INTEGRATIONS, ModelRow, applicant_rows, datasets, serve, text
 
 Client = AsyncTestClient  # type: ignore[type-arg]
@@ -442,3 +443,41 @@ async def test_interleaved_imports_and_syncs_deliver_every_change_once(
             await sync_pass(state, writes_between_pages=False)
         finally:
             connection.close()
+
+
+# --- starting from now: changed_since=latest (issue 28) -------------------------------------
+
+
+async def test_latest_is_an_empty_page_at_the_current_sequence_then_the_feed_goes_on(
+    client: Client, db: sqlite3.Connection, db_path: Path
+) -> None:
+    write_records(db, synthetic_applicants(50, seed=1))
+    page = (await client.get("/v1/applicants", params={"changed_since": "latest"})).json()
+    assert page["results"] == []
+    assert page["meta"]["changeSeq"] == high_water(db_path)
+    assert (page["meta"]["total"], page["meta"]["hasMore"]) == (0, False)
+    write_records(db, [hand(1), hand(2)])
+    after = (
+        await client.get("/v1/applicants", params={"changed_since": page["meta"]["changeSeq"]})
+    ).json()
+    assert [record["id"] for record in after["results"]] == ["app_sync_001", "app_sync_002"]
+
+
+async def test_latest_as_ndjson_is_only_the_closing_sequence(
+    client: Client, db: sqlite3.Connection, db_path: Path
+) -> None:
+    write_records(db, synthetic_applicants(20, seed=2))
+    answer = await client.get(
+        "/v1/applicants",
+        params={"changed_since": "latest"},
+        headers={"accept": "application/x-ndjson"},
+    )
+    assert answer.status_code == 200
+    assert answer.content.splitlines() == [b'{"changeSeq":%d}' % high_water(db_path)]
+
+
+@pytest.mark.parametrize("text", ["Latest", "latest1", "-1", "now"])
+async def test_changed_since_other_words_are_refused(client: Client, text: str) -> None:
+    answer = await client.get("/v1/applicants", params={"changed_since": text})
+    assert answer.status_code == 400
+    assert answer.json()["error"]["details"]["parameter"] == "changed_since"

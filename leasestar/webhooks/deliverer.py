@@ -1,0 +1,299 @@
+"""Sending the outbox: one deliverer per database, a sender per subscription.
+
+Every worker of `leasestar serve` starts a `Deliverer`; the one that takes an exclusive
+`flock` on the file beside the database (`<db>-webhooks.lock`) delivers, the others
+try again every LOCK_RETRY_SECONDS. The kernel drops the lock with its process however
+that ends (kill -9 included), so a worker that uvicorn restarts, or another one, takes
+over within a second, from the cursors the database holds. A lock in the database
+(a row with an expiry) would need renewing writes and a guess at how long a dead holder
+takes to notice; the file lock needs neither. Replicas never start one (main.py).
+
+Each subscription has its own task, HTTP client and connection pool, so a slow or dead
+receiver only ever delays itself. Within a subscription events go one at a time in
+change order: an event is retried until it is delivered or given up (retries.py)
+before the next is sent, as a receiver applying changes needs them.
+
+HTTP is httpx's async client (already the suite's client): per-request timeouts,
+redirects not followed (a 3xx is a failed attempt: a receiver that moved must be
+subscribed again, or a redirect could carry signed data elsewhere), and a streamed
+response of which only the first ANSWER_BYTES are read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import logging
+import os
+import sqlite3
+import time
+from pathlib import Path
+from typing import Final
+
+import httpx
+
+from leasestar import __version__
+from leasestar.applicants.bodies import DICTIONARIES, BodyDecoder, UnknownDictionary
+from leasestar.database import BUSY_TIMEOUT_MS, read_uri
+from leasestar.instants import now_micros
+from leasestar.webhooks.ledger import FLUSH_SECONDS, Attempt, Ledger
+from leasestar.webhooks.payloads import EVENT_COLUMNS, Event, payload
+from leasestar.webhooks.retries import RetryPolicy, parse_retry_after
+from leasestar.webhooks.signing import signed_headers
+from leasestar.webhooks.subscriptions import Subscription, list_subscriptions
+
+LOCK_RETRY_SECONDS: Final = 1.0
+# How often a sender with nothing to send looks for new events (a commit is sent within
+# about this long), and how often the subscriptions are read again (new, revoked,
+# rotated).
+POLL_SECONDS: Final = 0.05
+SUBSCRIPTIONS_POLL_SECONDS: Final = 0.5
+BATCH: Final = 200
+ANSWER_BYTES: Final = 1024
+USER_AGENT: Final = f"leasestar-webhooks/{__version__}"
+logger = logging.getLogger("leasestar.webhooks")
+
+
+def lock_path(database: Path) -> Path:
+    return database.with_name(database.name + "-webhooks.lock")
+
+
+def _try_lock(path: Path) -> int | None:
+    """The descriptor holding the exclusive lock, or None if another process holds it."""
+    descriptor = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(descriptor)
+        return None
+    return descriptor
+
+
+def events_query(subscription: Subscription) -> tuple[str, list[object]]:
+    sql = f"SELECT {EVENT_COLUMNS} FROM webhook_events WHERE change_seq > ?"
+    params: list[object] = []
+    if subscription.integrations is not None:
+        sql += f" AND integration_id IN ({', '.join('?' * len(subscription.integrations))})"
+        params.extend(sorted(subscription.integrations))
+    sql += f" AND event_type IN ({', '.join('?' * len(subscription.events))})"
+    params.extend(sorted(subscription.events))
+    return sql + " ORDER BY change_seq LIMIT ?", params
+
+
+class Deliverer:
+    """Delivers the database's outbox while this process holds the webhook lock."""
+
+    def __init__(self, path: Path, policy: RetryPolicy | None = None) -> None:
+        self._path = path
+        self.policy = policy or RetryPolicy.from_env()
+        self.ledger = Ledger(path)
+        self._subscriptions: dict[str, Subscription] = {}
+        # Where each sender got to, ahead of what the ledger has written: a sender started
+        # again (after an error) resumes here rather than send again what was done.
+        self.cursors: dict[str, int] = {}
+        self.gone: set[str] = set()  # answered 410: disabled, maybe not written yet
+        self.holding = False
+
+    def current(self, subscription_id: str) -> Subscription | None:
+        """The subscription as last read, if still active."""
+        return self._subscriptions.get(subscription_id)
+
+    async def run(self) -> None:
+        """Wait for the lock, then deliver until cancelled."""
+        descriptor = None
+        while descriptor is None:
+            descriptor = await asyncio.to_thread(_try_lock, lock_path(self._path))
+            if descriptor is None:
+                await asyncio.sleep(LOCK_RETRY_SECONDS)
+        self.holding = True
+        try:
+            await self._deliver()
+        finally:
+            self.holding = False
+            os.close(descriptor)
+
+    def _read_subscriptions(self) -> list[Subscription]:
+        connection = sqlite3.connect(read_uri(self._path), uri=True)
+        try:
+            return [s for s in list_subscriptions(connection, include_revoked=False) if s.active]
+        finally:
+            connection.close()
+
+    async def _flush_forever(self) -> None:
+        while True:
+            await asyncio.sleep(FLUSH_SECONDS)
+            await asyncio.to_thread(self.ledger.flush)
+
+    async def _deliver(self) -> None:
+        senders: dict[str, asyncio.Task[None]] = {}
+        flusher = asyncio.create_task(self._flush_forever())
+        try:
+            while True:
+                active = await asyncio.to_thread(self._read_subscriptions)
+                self._subscriptions = {s.id: s for s in active}
+                for subscription in active:
+                    task = senders.get(subscription.id)
+                    if task is not None and task.done() and not task.cancelled():
+                        error = task.exception()
+                        if error is not None:
+                            logger.error(
+                                "webhook %s: sender stopped (%r); starting again",
+                                subscription.id,
+                                error,
+                            )
+                    if subscription.id in self.gone:
+                        continue
+                    if task is None or task.done():
+                        sender = SubscriptionSender(self, subscription)
+                        senders[subscription.id] = asyncio.create_task(sender.run())
+                for key in [key for key in senders if key not in self._subscriptions]:
+                    senders.pop(key).cancel()
+                await asyncio.sleep(SUBSCRIPTIONS_POLL_SECONDS)
+        finally:
+            for task in [*senders.values(), flusher]:
+                task.cancel()
+            await asyncio.gather(*senders.values(), flusher, return_exceptions=True)
+            # Whatever was delivered is recorded before the process goes.
+            await asyncio.to_thread(self.ledger.flush)
+            self.ledger.close()
+
+
+class SubscriptionSender:
+    """Sends one subscription's events in change order, each until done."""
+
+    def __init__(self, deliverer: Deliverer, subscription: Subscription) -> None:
+        self._deliverer = deliverer
+        self._id = subscription.id
+        self._query, self._params = events_query(subscription)
+        self._cursor = max(subscription.delivered_through, deliverer.cursors.get(self._id, 0))
+        self._db = sqlite3.connect(
+            read_uri(deliverer._path),
+            uri=True,
+            check_same_thread=False,
+        )
+        self._db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        self._decoder = BodyDecoder.of(self._db)
+        # Attempts made before a restart: (attempts so far, next attempt's instant).
+        self._earlier: dict[int, tuple[int, int | None]] = {}
+
+    def _load_earlier(self) -> None:
+        rows = self._db.execute(
+            "SELECT change_seq, max(attempt), max(next_attempt_at) FROM webhook_attempts "
+            "WHERE subscription_id = ? AND change_seq > ? GROUP BY change_seq",
+            (self._id, self._cursor),
+        )
+        self._earlier = {seq: (attempts, next_at) for seq, attempts, next_at in rows}
+
+    def _next_events(self) -> list[Event]:
+        rows = self._db.execute(self._query, (self._cursor, *self._params, BATCH)).fetchall()
+        return [Event(*row) for row in rows]
+
+    def _body(self, event: Event) -> bytes:
+        try:
+            return payload(event, self._decoder)
+        except UnknownDictionary:  # trained after this sender started
+            self._decoder.add(self._db.execute(DICTIONARIES))
+            return payload(event, self._decoder)
+
+    async def run(self) -> None:
+        try:
+            await asyncio.to_thread(self._load_earlier)
+            async with httpx.AsyncClient(
+                follow_redirects=False,
+                timeout=self._deliverer.policy.timeout,
+                headers={"user-agent": USER_AGENT},
+                limits=httpx.Limits(max_connections=1, max_keepalive_connections=1),
+            ) as client:
+                while True:
+                    events = await asyncio.to_thread(self._next_events)
+                    if not events:
+                        await asyncio.sleep(POLL_SECONDS)
+                        continue
+                    for event in events:
+                        outcome = await self._until_done(client, event)
+                        if outcome == "revoked":
+                            return
+                        self._cursor = event.change_seq
+                        self._deliverer.cursors[self._id] = event.change_seq
+                        self._deliverer.ledger.done(self._id, event.change_seq)
+                        if outcome == "gone":
+                            self._deliverer.gone.add(self._id)
+                            self._deliverer.ledger.disable(self._id, "410 Gone")
+                            return
+        finally:
+            self._db.close()
+
+    async def _until_done(self, client: httpx.AsyncClient, event: Event) -> str:
+        policy = self._deliverer.policy
+        attempt, next_at = self._earlier.pop(event.change_seq, (0, None))
+        body = await asyncio.to_thread(self._body, event)
+        while True:
+            if next_at is not None:
+                await asyncio.sleep(max(0.0, next_at / 1e6 - time.time()))
+            subscription = self._deliverer.current(self._id)
+            if subscription is None:
+                return "revoked"  # meanwhile: its cursor stays where it is
+            attempt += 1
+            now = time.time()
+            headers = signed_headers(
+                subscription.signing,
+                subscription.secrets_at(now_micros()),
+                event.event_id,
+                int(now),
+                body,
+            )
+            status, answer, retry_after = await self._post(client, subscription.url, body, headers)
+            next_at = None
+            if status is not None and 200 <= status < 300:
+                outcome = "delivered"
+            elif status == 410:
+                outcome = "gone"
+            else:
+                wait = policy.delay(attempt, retry_after)
+                if policy.gives_up(event.created_at / 1e6, now + wait):
+                    outcome = "failed"
+                else:
+                    outcome, next_at = "retry", int((now + wait) * 1e6)
+            self._deliverer.ledger.attempt(
+                Attempt(
+                    self._id,
+                    event.change_seq,
+                    attempt,
+                    int(now * 1e6),
+                    outcome,
+                    status,
+                    answer,
+                    next_at,
+                )
+            )
+            if outcome != "retry":
+                return outcome
+
+    async def _post(
+        self, client: httpx.AsyncClient, url: str, body: bytes, headers: dict[str, str]
+    ) -> tuple[int | None, str, float | None]:
+        """(status, the answer's first bytes or the error, Retry-After seconds)."""
+        try:
+            # The whole exchange, not each read: a receiver dripping its answer a byte at
+            # a time would hold the subscription indefinitely otherwise.
+            async with asyncio.timeout(self._deliverer.policy.timeout):
+                async with client.stream("POST", url, content=body, headers=headers) as answer:
+                    read = bytearray()
+                    async for chunk in answer.aiter_raw():
+                        read += chunk
+                        if len(read) >= ANSWER_BYTES:
+                            break
+                    retry_after = parse_retry_after(answer.headers.get("retry-after"), time.time())
+                    text = bytes(read[:ANSWER_BYTES]).decode("utf-8", "replace")
+                    return answer.status_code, text, retry_after
+        except TimeoutError:
+            return None, f"no answer within {self._deliverer.policy.timeout:g} s", None
+        except httpx.HTTPError as error:
+            return None, f"{type(error).__name__}: {error}"[:ANSWER_BYTES], None
+
+
+async def run_deliverer(deliverer: Deliverer) -> None:
+    """`deliverer.run()`, for a lifespan's task: ends quietly when cancelled."""
+    with contextlib.suppress(asyncio.CancelledError):
+        await deliverer.run()
