@@ -43,8 +43,8 @@ _ERROR_DESCRIPTIONS: Final[dict[int, str]] = {
     "integrations, or outside the date bounds.",
     405: "A method other than GET or HEAD on this path; `Allow` lists the methods.",
     413: "The request carries a body (a `Content-Length` other than 0, or "
-    "`Transfer-Encoding`): this API takes none. The body is not read and the connection "
-    "is closed.",
+    "`Transfer-Encoding`), and only a `POST` may, of at most 16 KiB with a "
+    "`Content-Length`. The body is not read and the connection is closed.",
     414: f"The path and query string together are longer than {MAX_TARGET_BYTES} bytes.",
     429: "The token sent more requests than the server's rate limit allows, or already has "
     "as many requests in progress as a server process takes at once from one token "

@@ -27,8 +27,10 @@ open for ever. This subclass adds, per connection:
   counts running requests as well); the last `reserved_connections` of the cap serve only
   requests that carry a bearer token, which may also close idle connections that carry
   none to make room; and one client address holds at most `max_connections_per_address`;
-- no request body: this API has only GET routes, so a request announcing one is answered
-  413 at once instead of being read;
+- no request body but a small one on POST (creating a webhook subscription is the one
+  route that takes a body): any other request announcing one, or a POST body over
+  `MAX_BODY_BYTES` or sent chunked, is answered 413 at once instead of being read, and a
+  body must arrive whole within the head's deadline;
 - the API's JSON error body on every refusal, the parser's own 400 included.
 
 Why httptools and not h11, whose `max_incomplete_event_size` bounds the head by itself:
@@ -69,6 +71,9 @@ if TYPE_CHECKING:
 MAX_HEAD_BYTES: Final = 64 * 1024
 # Past this many bytes of request line, the refusal is 414 (the app's own limit is 8 KiB).
 MAX_REQUEST_LINE_BYTES: Final = 32 * 1024
+# The largest request body: a webhook subscription (`POST /v1/webhooks/`) is a few hundred
+# bytes of JSON; bodies go to POST only, with a Content-Length (not chunked).
+MAX_BODY_BYTES: Final = 16 * 1024
 # Seconds a client is asked to wait before retrying after a 503 at the connection cap.
 RETRY_AFTER_SECONDS: Final = 1
 # Requests parsed ahead of the one being answered, at most (plus what one PARSE_SLICE
@@ -125,9 +130,14 @@ def address_key(host: str) -> str:
     if ":" not in host:
         return host
     try:
-        return str(ipaddress.IPv6Network(f"{host}/64", strict=False))
+        address = ipaddress.IPv6Address(host)
     except ValueError:
         return host
+    if address.ipv4_mapped is not None:
+        # An IPv4 client of a listener on `::`: its own address, not the one /64 that
+        # holds every IPv4 address.
+        return str(address.ipv4_mapped)
+    return str(ipaddress.IPv6Network(f"{address}/64", strict=False))
 
 
 class _HeldFlow(FlowControl):
@@ -189,6 +199,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self.head_deadline: float | None = None
         self.head_timer: asyncio.TimerHandle | None = None
         self.refused = False
+        self.body_due = False  # a request body announced and not complete yet
         self.running: RequestResponseCycle | None = None  # the request being answered
 
     # --- connection events ------------------------------------------------------------
@@ -386,9 +397,37 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         if self._refuse_long_target():
             raise _Refused
         if announces_body:
-            self.refuse(413, "this API takes no request body")
-            raise _Refused
+            if not self._body_allowed():
+                self.refuse(
+                    413,
+                    "this API takes a request body only on POST, with a Content-Length "
+                    f"of at most {MAX_BODY_BYTES} bytes",
+                )
+                raise _Refused
+            # The body is bounded in size; the head's deadline bounds it in time too.
+            self.body_due = True
+            self.head_deadline = self.loop.time() + self.head_timeout
+            if self.head_timer is None:
+                self.head_timer = self.loop.call_at(self.head_deadline, self._head_timer_fired)
         super().on_headers_complete()
+
+    def on_message_complete(self) -> None:
+        if self.body_due:
+            self.body_due = False
+            self._stop_head_timer()
+        super().on_message_complete()
+
+    def _body_allowed(self) -> bool:
+        """A POST whose Content-Length is at most MAX_BODY_BYTES (no chunked body)."""
+        if self.parser.get_method() != b"POST":
+            return False
+        length = None
+        for name, value in self.headers:
+            if name == b"transfer-encoding":
+                return False
+            if name == b"content-length":
+                length = value
+        return length is not None and length.isdigit() and int(length) <= MAX_BODY_BYTES
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
@@ -491,6 +530,9 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             self.head_timer = self.loop.call_at(deadline, self._head_timer_fired)
             return
         self.head_deadline = None
+        if self.body_due:  # a body that did not arrive in time
+            self.abort()
+            return
         busy = self.cycle is not None and not self.cycle.response_complete
         if not busy and not self.pipeline and not self.transport.is_closing():
             # A client that left part of its last answer unread gets no more time to:

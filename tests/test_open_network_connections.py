@@ -26,7 +26,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from leasestar.applicants.pipeline import write_records
+from leasestar.auth import create_token
 from leasestar.database import open_for_write
+from leasestar.protocol import address_key
 from leasestar.seed.generator import synthetic_applicants
 from tests.test_fuzz import assert_error_body
 from tests.test_hardening import Server, copy_database, new_token, parse_response, serve
@@ -337,3 +339,60 @@ def test_one_address_holds_at_most_its_cap(big_db: Path, tmp_path: Path) -> None
         finally:
             for sock in held:
                 sock.close()
+
+
+# --- request bodies -------------------------------------------------------------------------
+
+WEBHOOK = {"url": "http://127.0.0.1:9/hook", "triggers": ["DATA_NEW"], "model": "applicants"}
+
+
+def test_a_webhook_is_subscribed_over_a_real_connection_and_other_bodies_are_413(
+    server: Server, big_db: Path
+) -> None:
+    """The connection layer passes the one body the API takes (a POST of at most 16 KiB,
+    with a Content-Length) and refuses every other unread: the test client of
+    tests/webhooks skips this layer, so it is checked here over a socket."""
+    connection = open_for_write(big_db)
+    try:
+        manager = create_token(connection, "hooks-manager", permissions=("webhooks",))
+    finally:
+        connection.close()
+    headers = {"Authorization": f"Bearer {manager}"}
+    with httpx.Client(base_url=server.base_url, headers=headers, timeout=30) as http:
+        created = http.post("/v1/webhooks/", json=WEBHOOK)
+        assert created.status_code == 200, created.text
+        subscription = created.json()["result"]["id"]
+        assert http.delete(f"/v1/webhooks/{subscription}").status_code == 200
+        too_long = http.post("/v1/webhooks/", content=b"{" + b" " * (16 * 1024) + b"}")
+        assert too_long.status_code == 413
+        assert_error_body(413, too_long.content)
+        chunked = http.post("/v1/webhooks/", content=iter([b'{"url": "x"}']))
+        assert chunked.status_code == 413
+        on_a_get = http.request("GET", "/health", content=b"{}")
+        assert on_a_get.status_code == 413
+
+
+def test_a_body_that_never_arrives_is_reset_at_the_head_timeout(big_db: Path) -> None:
+    head = b"POST /v1/webhooks/ HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{"
+    with (
+        serve(big_db, *QUIET, "--head-timeout", "2") as quick,
+        socket.create_connection(("127.0.0.1", quick.port), timeout=30) as sock,
+    ):
+        sock.sendall(head)
+        deadline = time.monotonic() + CLOSE_WITHIN
+        while tcp_state(sock) == TCP_ESTABLISHED and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert tcp_state(sock) != TCP_ESTABLISHED
+
+
+@pytest.mark.parametrize(
+    ("host", "key"),
+    [
+        ("203.0.113.7", "203.0.113.7"),
+        ("::ffff:203.0.113.7", "203.0.113.7"),  # an IPv4 client of a listener on ::
+        ("2001:db8:1:2:3:4:5:6", "2001:db8:1:2::/64"),
+        ("2001:db8:1:2::9", "2001:db8:1:2::/64"),
+    ],
+)
+def test_the_per_address_cap_counts_ipv4_addresses_and_ipv6_64s(host: str, key: str) -> None:
+    assert address_key(host) == key
