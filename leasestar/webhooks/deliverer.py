@@ -22,7 +22,6 @@ response of which only the first ANSWER_BYTES are read.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import fcntl
 import logging
 import os
@@ -123,7 +122,12 @@ class Deliverer:
     async def _flush_forever(self) -> None:
         while True:
             await asyncio.sleep(FLUSH_SECONDS)
-            await asyncio.to_thread(self.ledger.flush)
+            # A failed flush keeps its records buffered; the flusher itself must outlive
+            # it, or nothing delivered would be recorded again until a restart.
+            try:
+                await asyncio.to_thread(self.ledger.flush)
+            except Exception as error:
+                logger.error("webhooks: recording deliveries failed (%r); trying again", error)
 
     async def _deliver(self) -> None:
         senders: dict[str, asyncio.Task[None]] = {}
@@ -294,6 +298,30 @@ class SubscriptionSender:
 
 
 async def run_deliverer(deliverer: Deliverer) -> None:
-    """`deliverer.run()`, for a lifespan's task: ends quietly when cancelled."""
-    with contextlib.suppress(asyncio.CancelledError):
-        await deliverer.run()
+    """`deliverer.run()`, for a lifespan's task: ends quietly when cancelled, and only then.
+
+    Any other error (a busy or unreadable database, no file descriptors left) is logged
+    and delivery starts again: letting it end the task would stop delivery for the life
+    of the process, and the lifespan awaiting it at shutdown would raise it instead of
+    closing what it opened.
+    """
+    task = asyncio.current_task()
+    while True:
+        try:
+            await deliverer.run()
+        except asyncio.CancelledError:
+            return
+        except Exception as error:
+            # Raised while being cancelled (by a cleanup in `run`): the cancellation is
+            # spent, so ask the task rather than wait for another.
+            if task is not None and task.cancelling():
+                return
+            logger.error(
+                "webhooks: delivery stopped (%r); starting again in %g s",
+                error,
+                LOCK_RETRY_SECONDS,
+            )
+        try:
+            await asyncio.sleep(LOCK_RETRY_SECONDS)
+        except asyncio.CancelledError:
+            return

@@ -1,0 +1,38 @@
+"""The deliverer inside one process, against real SQLite files and a loopback receiver."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from pathlib import Path
+
+import pytest
+
+from leasestar.webhooks.deliverer import Deliverer, run_deliverer
+from leasestar.webhooks.retries import RetryPolicy
+from tests.applicants.lines import source
+from tests.webhooks.receiver import WAIT_SECONDS, receiving
+from tests.webhooks.test_delivery import import_records, subscribe
+
+
+async def test_a_database_error_never_stops_delivery_nor_its_shutdown(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "leasestar.db"
+    path.touch()  # an empty database: reading the subscriptions fails (no such table)
+    deliverer = Deliverer(path, RetryPolicy(first_delay=0.05, timeout=30))
+    with caplog.at_level(logging.ERROR, "leasestar.webhooks"), receiving() as receiver:
+        delivering = asyncio.create_task(run_deliverer(deliverer))
+        deadline = time.monotonic() + WAIT_SECONDS
+        while not any("delivery stopped" in r.getMessage() for r in caplog.records):
+            assert time.monotonic() < deadline, "the error was not logged"
+            await asyncio.sleep(0.05)
+        assert not delivering.done()
+        # The database becomes readable: the same task delivers, with no restart.
+        subscribe(path, receiver.url)
+        import_records(path, source(1))
+        await asyncio.to_thread(receiver.wait_for_count, 1)
+        delivering.cancel()
+        await delivering  # never raises the earlier error
+    assert [event["data"]["x_id"] for event in receiver.events()] == ["X0001"]
