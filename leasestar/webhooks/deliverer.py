@@ -27,8 +27,9 @@ import logging
 import os
 import sqlite3
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Final
+from typing import Any, Final, TypeVar
 
 import httpx
 
@@ -52,6 +53,7 @@ BATCH: Final = 200
 ANSWER_BYTES: Final = 1024
 USER_AGENT: Final = f"leasestar-webhooks/{__version__}"
 logger = logging.getLogger("leasestar.webhooks")
+T = TypeVar("T")
 
 
 def lock_path(database: Path) -> Path:
@@ -180,6 +182,21 @@ class SubscriptionSender:
         self._decoder = BodyDecoder.of(self._db)
         # Attempts made before a restart: (attempts so far, next attempt's instant).
         self._earlier: dict[int, tuple[int, int | None]] = {}
+        self._reading: asyncio.Future[Any] | None = None
+
+    async def _read(self, function: Callable[..., T], *args: Any) -> T:
+        """`function(*args)` on a thread, with `_db`. Shielded: a cancelled sender's thread
+        runs on, and `run` closes the connection only once that thread is done with it
+        (closing it under a running query crashes the process)."""
+        self._reading = asyncio.ensure_future(asyncio.to_thread(function, *args))
+        result: T = await asyncio.shield(self._reading)
+        return result
+
+    def _close(self) -> None:
+        if self._reading is None or self._reading.done():
+            self._db.close()
+        else:
+            self._reading.add_done_callback(lambda _: self._db.close())
 
     def _load_earlier(self) -> None:
         rows = self._db.execute(
@@ -189,9 +206,29 @@ class SubscriptionSender:
         )
         self._earlier = {seq: (attempts, next_at) for seq, attempts, next_at in rows}
 
-    def _next_events(self) -> list[Event]:
-        rows = self._db.execute(self._query, (self._cursor, *self._params, BATCH)).fetchall()
-        return [Event(*row) for row in rows]
+    def _next_events(self) -> tuple[list[Event], int]:
+        """The next batch, and the outbox's last sequence as of the same snapshot.
+
+        Past the batch's last event, up to that sequence, are only events this
+        subscription does not receive (other integrations or event types): its cursor
+        moves over them, or a filtered subscription would hold back the outbox's pruning
+        and rescan them on every poll.
+        """
+        self._db.execute("BEGIN")  # one read transaction: both answers from one snapshot
+        try:
+            rows = self._db.execute(self._query, (self._cursor, *self._params, BATCH)).fetchall()
+            (last,) = self._db.execute("SELECT max(change_seq) FROM webhook_events").fetchone()
+        finally:
+            self._db.execute("COMMIT")
+        events = [Event(*row) for row in rows]
+        # A full batch may have more of this subscription's events after it.
+        through = events[-1].change_seq if len(events) == BATCH else (last or 0)
+        return events, through
+
+    def _advance(self, change_seq: int) -> None:
+        self._cursor = change_seq
+        self._deliverer.cursors[self._id] = change_seq
+        self._deliverer.ledger.done(self._id, change_seq)
 
     def _body(self, event: Event) -> bytes:
         try:
@@ -202,7 +239,7 @@ class SubscriptionSender:
 
     async def run(self) -> None:
         try:
-            await asyncio.to_thread(self._load_earlier)
+            await self._read(self._load_earlier)
             async with httpx.AsyncClient(
                 follow_redirects=False,
                 timeout=self._deliverer.policy.timeout,
@@ -210,28 +247,27 @@ class SubscriptionSender:
                 limits=httpx.Limits(max_connections=1, max_keepalive_connections=1),
             ) as client:
                 while True:
-                    events = await asyncio.to_thread(self._next_events)
-                    if not events:
-                        await asyncio.sleep(POLL_SECONDS)
-                        continue
+                    events, through = await self._read(self._next_events)
                     for event in events:
                         outcome = await self._until_done(client, event)
                         if outcome == "revoked":
                             return
-                        self._cursor = event.change_seq
-                        self._deliverer.cursors[self._id] = event.change_seq
-                        self._deliverer.ledger.done(self._id, event.change_seq)
+                        self._advance(event.change_seq)
                         if outcome == "gone":
                             self._deliverer.gone.add(self._id)
                             self._deliverer.ledger.disable(self._id, "410 Gone")
                             return
+                    if through > self._cursor:
+                        self._advance(through)
+                    if not events:
+                        await asyncio.sleep(POLL_SECONDS)
         finally:
-            self._db.close()
+            self._close()
 
     async def _until_done(self, client: httpx.AsyncClient, event: Event) -> str:
         policy = self._deliverer.policy
         attempt, next_at = self._earlier.pop(event.change_seq, (0, None))
-        body = await asyncio.to_thread(self._body, event)
+        body = await self._read(self._body, event)
         while True:
             if next_at is not None:
                 await asyncio.sleep(max(0.0, next_at / 1e6 - time.time()))

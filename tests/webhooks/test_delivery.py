@@ -257,3 +257,25 @@ def test_metrics_count_pending_attempts_and_lag(db_file: Path) -> None:
     assert figures[("leasestar_webhook_attempts", "delivered")] == 1
     assert figures[("leasestar_webhook_pending_events", subscription_id)] == 2
     assert figures[("leasestar_webhook_lag_seconds", subscription_id)] > 0
+
+
+def test_a_filtered_subscription_moves_past_events_it_does_not_receive(
+    db_file: Path, receiver: Receiver
+) -> None:
+    subscription_id, _ = subscribe(db_file, receiver.url, integrations=["int_2"])
+
+    def delivered_through() -> int:
+        with sqlite3.connect(db_file) as connection:
+            (seq,) = connection.execute(
+                "SELECT delivered_through FROM webhook_subscriptions WHERE id = ?",
+                (subscription_id,),
+            ).fetchone()
+        return int(seq)
+
+    with serve(db_file, "--log-format", "off", env=env()):
+        # Only other integrations' records: nothing for it, yet its cursor must reach them,
+        # or the outbox is never pruned below it.
+        import_records(db_file, source(1), source(2))
+        last = max(committed_changes(db_file))
+        receiver.wait_for(lambda _: delivered_through() == last, "the cursor past them")
+    assert receiver.received == []
