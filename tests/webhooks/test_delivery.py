@@ -18,7 +18,7 @@ from leasestar.database import open_for_write
 from leasestar.webhooks.subscriptions import create_subscription, rotate_secret
 from tests.applicants.lines import T1, ndjson, run_import, source
 from tests.test_hardening import serve
-from tests.webhooks.receiver import Received, Receiver, receiving
+from tests.webhooks.receiver import WAIT_SECONDS, Received, Receiver, receiving
 
 FAST_RETRIES = {"LEASESTAR_WEBHOOK_FIRST_RETRY": "0.05", "LEASESTAR_WEBHOOK_TIMEOUT": "30"}
 
@@ -26,7 +26,7 @@ FAST_RETRIES = {"LEASESTAR_WEBHOOK_FIRST_RETRY": "0.05", "LEASESTAR_WEBHOOK_TIME
 def env(**extra: str) -> dict[str, str]:
     from tests.servers import clean_env
 
-    return clean_env(**FAST_RETRIES, **extra)
+    return clean_env(**{**FAST_RETRIES, **extra})
 
 
 @pytest.fixture
@@ -179,13 +179,16 @@ def test_a_stalled_receiver_never_delays_another(db_file: Path, receiver: Receiv
     release = threading.Event()
 
     def stalled(number: int, request: Received) -> tuple[int, dict[str, str]]:
-        release.wait(60)
+        release.wait(WAIT_SECONDS * 2)  # past any wait below: it answers when released
         return 204, {}
 
     with receiving(stalled) as slow:
         subscribe(db_file, slow.url)
         subscribe(db_file, receiver.url)
-        with serve(db_file, "--log-format", "off", env=env()):
+        # A request timeout past the receivers' longest wait: on a loaded machine the
+        # stalled request would otherwise time out and be retried, counted twice.
+        timeout = str(WAIT_SECONDS * 4)
+        with serve(db_file, "--log-format", "off", env=env(LEASESTAR_WEBHOOK_TIMEOUT=timeout)):
             import_records(db_file, *(source(n) for n in range(1, 21)))
             receiver.wait_for_count(20)  # all of them, while the other holds its first
             assert len(slow.received) <= 1
