@@ -291,10 +291,11 @@ class SubscriptionSender:
                 outcome = "gone"
             else:
                 wait = policy.delay(attempt, retry_after)
-                if policy.gives_up(event.created_at / 1e6, now + wait):
+                retry_at = policy.retry_at(event.created_at / 1e6, now, wait)
+                if retry_at is None:
                     outcome = "failed"
                 else:
-                    outcome, next_at = "retry", int((now + wait) * 1e6)
+                    outcome, next_at = "retry", int(retry_at * 1e6)
             self._deliverer.ledger.attempt(
                 Attempt(
                     self._id,
