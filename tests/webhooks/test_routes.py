@@ -115,3 +115,26 @@ async def test_with_the_permission_other_methods_are_405(
         answer = await client.request(method, path, headers=manager, json=NEW)
         assert answer.status_code == 405
         assert answer.json()["error"]["code"]
+
+
+async def test_a_write_while_an_import_holds_the_lock_is_a_503_to_retry(
+    client: Client, db: sqlite3.Connection, db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    manager = bearer(create_token(db, "manager", permissions=("webhooks",)))
+    kept = (await client.post("/v1/webhooks/", headers=manager, json=NEW)).json()["result"]
+    # The wait for the lock, shortened from the server's 10 s: the answer is the same.
+    monkeypatch.setattr("leasestar.webhooks.routes.BUSY_TIMEOUT_MS", 50)
+    importing = sqlite3.connect(db_path, isolation_level=None)
+    try:
+        importing.execute("BEGIN IMMEDIATE")  # the write lock, as an import holds it
+        created = await client.post("/v1/webhooks/", headers=manager, json=NEW)
+        deleted = await client.delete(f"/v1/webhooks/{kept['id']}", headers=manager)
+    finally:
+        importing.execute("ROLLBACK")
+        importing.close()
+    for answer in (created, deleted):
+        assert answer.status_code == 503
+        assert answer.headers["retry-after"] == "5"
+        assert answer.json()["error"]["code"] == "service_unavailable"
+    listed = (await client.get("/v1/webhooks/", headers=manager)).json()
+    assert [r["id"] for r in listed["results"]] == [kept["id"]]
