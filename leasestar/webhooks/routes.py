@@ -56,6 +56,11 @@ _NOT_VISIBLE: Final = {
 # A write waits BUSY_TIMEOUT_MS for the write lock, which an import may hold longer:
 # then the client is told to come back (it was a 500 and a trace), nothing was written.
 BUSY_RETRY_SECONDS: Final = 5
+# A replica's database is written only by its follower, and a replica never sends:
+# subscriptions are managed on the primary (its subscriptions reach the replica with
+# the data). The routes that write answer 405, as for a method the path does not take.
+_ON_A_REPLICA: Final = "a replica is read-only: manage webhook subscriptions on the primary"
+_READ_ONLY: Final = {405: "This server is a replica: subscriptions are managed on the primary."}
 _BUSY: Final = {
     503: "The database is busy (an import holds its write lock) or cannot be written; "
     "nothing was changed. `Retry-After` says how many seconds to wait."
@@ -182,12 +187,16 @@ class WebhookController(Controller):
         summary="Create a webhook subscription",
         operation_id="createWebhook",
         status_code=200,
-        responses=error_responses(400, 401, 404, 503, described={**_NOT_PERMITTED, **_BUSY}),
+        responses=error_responses(
+            400, 401, 404, 405, 503, described={**_NOT_PERMITTED, **_READ_ONLY, **_BUSY}
+        ),
     )
     async def create_webhook(self, request: Request[TokenHolder, Any, State]) -> Response[bytes]:
         """A new subscription: `{"result"}`, with its secret (shown this once). Tokens
         without the webhooks permission get 404."""
         holder = _allowed(request)
+        if request.app.state.replica is not None:
+            return error_response(405, _ON_A_REPLICA, headers={"Allow": "GET, HEAD"})
         try:
             given = msgspec.json.decode(await request.body(), type=WebhookInput)
         except msgspec.DecodeError as error:
@@ -230,7 +239,9 @@ class WebhookController(Controller):
         summary="Delete (revoke) a webhook subscription",
         operation_id="deleteWebhook",
         status_code=200,
-        responses=error_responses(400, 401, 404, 503, described={**_NOT_VISIBLE, **_BUSY}),
+        responses=error_responses(
+            400, 401, 404, 405, 503, described={**_NOT_VISIBLE, **_READ_ONLY, **_BUSY}
+        ),
     )
     async def delete_webhook(
         self,
@@ -239,6 +250,8 @@ class WebhookController(Controller):
     ) -> Response[bytes]:
         """Revoke it (`{"result": {"id"}}`): nothing more is sent to it."""
         holder = _allowed(request)
+        if request.app.state.replica is not None:
+            return error_response(405, _ON_A_REPLICA, headers={"Allow": "GET, HEAD"})
         try:
             await asyncio.to_thread(_revoke, _path(request), holder, webhook_id)
         except sqlite3.OperationalError as error:

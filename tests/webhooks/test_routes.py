@@ -14,6 +14,8 @@ from litestar.testing import AsyncTestClient
 from leasestar.auth import create_token
 from leasestar.config import Settings
 from leasestar.main import create_app
+from leasestar.replica.layout import ReplicaLayout, ReplicaMarker
+from leasestar.webhooks.subscriptions import create_subscription
 from tests.applicants.test_sync_feed import Client
 
 METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
@@ -138,3 +140,25 @@ async def test_a_write_while_an_import_holds_the_lock_is_a_503_to_retry(
         assert answer.json()["error"]["code"] == "service_unavailable"
     listed = (await client.get("/v1/webhooks/", headers=manager)).json()
     assert [r["id"] for r in listed["results"]] == [kept["id"]]
+
+
+async def test_on_a_replica_subscriptions_are_read_not_written(
+    db: sqlite3.Connection, db_path: Path
+) -> None:
+    manager = bearer(create_token(db, "manager", permissions=("webhooks",)))
+    kept = create_subscription(db, NEW["url"])
+    layout = ReplicaLayout(db_path)
+    layout.directory.mkdir()
+    layout.write_marker(ReplicaMarker(of="primary-store", primary="primary"))
+    async with AsyncTestClient(app=create_app(Settings(db_path=db_path))) as replica:
+        created = await replica.post("/v1/webhooks/", headers=manager, json=NEW)
+        deleted = await replica.delete(f"/v1/webhooks/{kept.id}", headers=manager)
+        listed = (await replica.get("/v1/webhooks/", headers=manager)).json()
+    for answer in (created, deleted):
+        assert answer.status_code == 405
+        assert answer.json()["error"]["code"] == "method_not_allowed"
+    assert [r["id"] for r in listed["results"]] == [kept.id]
+    assert db.execute("SELECT count(*), max(revoked_at) FROM webhook_subscriptions").fetchone() == (
+        1,
+        None,
+    )
