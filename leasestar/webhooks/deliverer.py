@@ -241,6 +241,9 @@ class SubscriptionSender:
         try:
             await self._read(self._load_earlier)
             async with httpx.AsyncClient(
+                # Never through a proxy the environment names: a delivery goes to the
+                # subscribed URL, and the signed body nowhere else.
+                trust_env=False,
                 follow_redirects=False,
                 timeout=self._deliverer.policy.timeout,
                 headers={"user-agent": USER_AGENT},

@@ -15,7 +15,11 @@ from leasestar.auth import create_token
 from leasestar.config import Settings
 from leasestar.main import create_app
 from leasestar.replica.layout import ReplicaLayout, ReplicaMarker
-from leasestar.webhooks.subscriptions import create_subscription
+from leasestar.webhooks.subscriptions import (
+    MAX_ACTIVE_SUBSCRIPTIONS,
+    create_subscription,
+    revoke_subscription,
+)
 from tests.applicants.test_sync_feed import Client
 
 METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
@@ -162,3 +166,19 @@ async def test_on_a_replica_subscriptions_are_read_not_written(
         1,
         None,
     )
+
+
+async def test_active_subscriptions_are_capped(client: Client, db: sqlite3.Connection) -> None:
+    manager = bearer(create_token(db, "manager", permissions=("webhooks",)))
+    for _ in range(MAX_ACTIVE_SUBSCRIPTIONS):
+        create_subscription(db, NEW["url"])
+    refused = await client.post("/v1/webhooks/", headers=manager, json=NEW)
+    assert refused.status_code == 400
+    assert "at most 50 active subscriptions" in refused.json()["error"]["message"]
+    first = db.execute("SELECT id FROM webhook_subscriptions ORDER BY rowid").fetchone()[0]
+    revoke_subscription(db, first)  # a revoked one leaves room
+    created = await client.post("/v1/webhooks/", headers=manager, json=NEW)
+    assert created.status_code == 200
+    assert db.execute(
+        "SELECT count(*) FROM webhook_subscriptions WHERE revoked_at IS NULL"
+    ).fetchone() == (50,)
