@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import fcntl
+import ipaddress
 import logging
 import os
 import sqlite3
@@ -52,6 +53,10 @@ SUBSCRIPTIONS_POLL_SECONDS: Final = 0.5
 BATCH: Final = 200
 ANSWER_BYTES: Final = 1024
 USER_AGENT: Final = f"leasestar-webhooks/{__version__}"
+# Loopback, link-local (cloud metadata), private, ULA, multicast, unspecified: off
+# limits unless the operator says otherwise, so a token allowed to subscribe cannot make
+# the server POST into its own network.
+ALLOW_PRIVATE_ENV: Final = "LEASESTAR_WEBHOOK_ALLOW_PRIVATE"
 logger = logging.getLogger("leasestar.webhooks")
 T = TypeVar("T")
 
@@ -69,6 +74,41 @@ def _try_lock(path: Path) -> int | None:
         os.close(descriptor)
         return None
     return descriptor
+
+
+class RefusedAddress(Exception):
+    """The receiver's address is one deliveries may not go to."""
+
+
+def refused(address: str) -> bool:
+    """Whether a peer address is off limits (an IPv4 address mapped in IPv6 as itself)."""
+    ip = ipaddress.ip_address(address.split("%", 1)[0])
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    return (
+        ip.is_private
+        or ip.is_loopback
+        or ip.is_link_local
+        or ip.is_multicast
+        or ip.is_unspecified
+        or ip.is_reserved
+    )
+
+
+async def _check_peer(event: str, info: dict[str, Any]) -> None:
+    """httpcore's trace hook: checks the address actually connected to, before a byte of
+    the request is sent (checking the name beforehand would let DNS answer otherwise at
+    connect time)."""
+    if event != "connection.connect_tcp.complete":
+        return
+    stream = info["return_value"]
+    peer = stream.get_extra_info("server_addr")
+    if peer is None or refused(str(peer[0])):
+        await stream.aclose()
+        raise RefusedAddress(
+            f"refused: {peer[0] if peer else 'an unknown address'} is a loopback, private "
+            f"or link-local address ({ALLOW_PRIVATE_ENV}=on allows it)"
+        )
 
 
 def events_query(subscription: Subscription) -> tuple[str, list[object]]:
@@ -94,6 +134,7 @@ class Deliverer:
         # again (after an error) resumes here rather than send again what was done.
         self.cursors: dict[str, int] = {}
         self.gone: set[str] = set()  # answered 410: disabled, maybe not written yet
+        self.allow_private = os.environ.get(ALLOW_PRIVATE_ENV) == "on"
         self.holding = False
 
     def current(self, subscription_id: str) -> Subscription | None:
@@ -322,7 +363,10 @@ class SubscriptionSender:
             # The whole exchange, not each read: a receiver dripping its answer a byte at
             # a time would hold the subscription indefinitely otherwise.
             async with asyncio.timeout(self._deliverer.policy.timeout):
-                async with client.stream("POST", url, content=body, headers=headers) as answer:
+                guard = {} if self._deliverer.allow_private else {"trace": _check_peer}
+                async with client.stream(
+                    "POST", url, content=body, headers=headers, extensions=guard
+                ) as answer:
                     read = bytearray()
                     async for chunk in answer.aiter_raw():
                         read += chunk
@@ -335,6 +379,8 @@ class SubscriptionSender:
             return None, f"no answer within {self._deliverer.policy.timeout:g} s", None
         except httpx.HTTPError as error:
             return None, f"{type(error).__name__}: {error}"[:ANSWER_BYTES], None
+        except RefusedAddress as error:
+            return None, str(error), None
 
 
 async def run_deliverer(deliverer: Deliverer) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from leasestar.webhooks.deliverer import Deliverer, run_deliverer
+from leasestar.webhooks.deliverer import Deliverer, refused, run_deliverer
 from leasestar.webhooks.retries import RetryPolicy
 from tests.applicants.lines import source
 from tests.webhooks.receiver import WAIT_SECONDS, receiving
@@ -17,8 +17,9 @@ from tests.webhooks.test_delivery import import_records, subscribe
 
 
 async def test_a_database_error_never_stops_delivery_nor_its_shutdown(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setenv("LEASESTAR_WEBHOOK_ALLOW_PRIVATE", "on")  # the receiver is on loopback
     path = tmp_path / "leasestar.db"
     path.touch()  # an empty database: reading the subscriptions fails (no such table)
     deliverer = Deliverer(path, RetryPolicy(first_delay=0.05, timeout=30))
@@ -36,3 +37,25 @@ async def test_a_database_error_never_stops_delivery_nor_its_shutdown(
         delivering.cancel()
         await delivering  # never raises the earlier error
     assert [event["data"]["x_id"] for event in receiver.events()] == ["X0001"]
+
+
+@pytest.mark.parametrize(
+    ("address", "off_limits"),
+    [
+        ("127.0.0.1", True),
+        ("::1", True),
+        ("169.254.169.254", True),  # cloud metadata
+        ("10.1.2.3", True),
+        ("172.16.0.1", True),
+        ("192.168.1.1", True),
+        ("fd00::1", True),  # ULA
+        ("fe80::1%eth0", True),
+        ("224.0.0.1", True),
+        ("0.0.0.0", True),
+        ("::ffff:127.0.0.1", True),  # loopback, mapped into IPv6
+        ("93.184.215.14", False),
+        ("2606:4700::1111", False),
+    ],
+)
+def test_which_receiver_addresses_are_off_limits(address: str, off_limits: bool) -> None:
+    assert refused(address) is off_limits

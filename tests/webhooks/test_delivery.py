@@ -20,7 +20,12 @@ from tests.applicants.lines import T1, ndjson, run_import, source
 from tests.test_hardening import serve
 from tests.webhooks.receiver import WAIT_SECONDS, Received, Receiver, receiving
 
-FAST_RETRIES = {"LEASESTAR_WEBHOOK_FIRST_RETRY": "0.05", "LEASESTAR_WEBHOOK_TIMEOUT": "30"}
+# The receivers are on loopback, off limits by default.
+FAST_RETRIES = {
+    "LEASESTAR_WEBHOOK_FIRST_RETRY": "0.05",
+    "LEASESTAR_WEBHOOK_TIMEOUT": "30",
+    "LEASESTAR_WEBHOOK_ALLOW_PRIVATE": "on",
+}
 
 
 def env(**extra: str) -> dict[str, str]:
@@ -282,3 +287,18 @@ def test_a_filtered_subscription_moves_past_events_it_does_not_receive(
         last = max(committed_changes(db_file))
         receiver.wait_for(lambda _: delivered_through() == last, "the cursor past them")
     assert receiver.received == []
+
+
+def test_loopback_and_private_receivers_are_refused_by_default(
+    db_file: Path, receiver: Receiver
+) -> None:
+    subscription_id, _ = subscribe(db_file, receiver.url)
+    refusing = env()
+    del refusing["LEASESTAR_WEBHOOK_ALLOW_PRIVATE"]
+    with serve(db_file, "--log-format", "off", env=refusing):
+        import_records(db_file, source(1))
+        receiver.wait_for(
+            lambda _: len(attempts(db_file, subscription_id)) >= 2, "two refused attempts"
+        )
+    assert receiver.received == []
+    assert {row[2:] for row in attempts(db_file, subscription_id)} == {("retry", None)}
