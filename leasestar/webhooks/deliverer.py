@@ -111,6 +111,13 @@ async def _check_peer(event: str, info: dict[str, Any]) -> None:
         )
 
 
+def _release_if_locked(trying: asyncio.Future[int | None]) -> None:
+    if not trying.cancelled() and trying.exception() is None:
+        descriptor = trying.result()
+        if descriptor is not None:
+            os.close(descriptor)
+
+
 def events_query(subscription: Subscription) -> tuple[str, list[object]]:
     sql = f"SELECT {EVENT_COLUMNS} FROM webhook_events WHERE change_seq > ?"
     params: list[object] = []
@@ -145,7 +152,14 @@ class Deliverer:
         """Wait for the lock, then deliver until cancelled."""
         descriptor = None
         while descriptor is None:
-            descriptor = await asyncio.to_thread(_try_lock, lock_path(self._path))
+            trying = asyncio.ensure_future(asyncio.to_thread(_try_lock, lock_path(self._path)))
+            try:
+                descriptor = await asyncio.shield(trying)
+            except asyncio.CancelledError:
+                # The thread runs on: a lock it takes after the cancellation is released
+                # then, not held (with its descriptor) for the life of the process.
+                trying.add_done_callback(_release_if_locked)
+                raise
             if descriptor is None:
                 await asyncio.sleep(LOCK_RETRY_SECONDS)
         self.holding = True

@@ -4,12 +4,20 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 from pathlib import Path
 
 import pytest
 
-from leasestar.webhooks.deliverer import Deliverer, refused, run_deliverer
+from leasestar.database import open_for_write
+from leasestar.webhooks.deliverer import (
+    Deliverer,
+    _try_lock,
+    lock_path,
+    refused,
+    run_deliverer,
+)
 from leasestar.webhooks.retries import RetryPolicy
 from tests.applicants.lines import source
 from tests.webhooks.receiver import WAIT_SECONDS, receiving
@@ -59,3 +67,19 @@ async def test_a_database_error_never_stops_delivery_nor_its_shutdown(
 )
 def test_which_receiver_addresses_are_off_limits(address: str, off_limits: bool) -> None:
     assert refused(address) is off_limits
+
+
+async def test_a_deliverer_cancelled_while_taking_the_lock_leaves_it_free(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "leasestar.db"
+    open_for_write(path).close()
+    delivering = asyncio.create_task(run_deliverer(Deliverer(path, RetryPolicy())))
+    await asyncio.sleep(0)  # started: its lock attempt is on a thread
+    delivering.cancel()
+    await delivering
+    deadline = time.monotonic() + WAIT_SECONDS
+    while (descriptor := _try_lock(lock_path(path))) is None:
+        assert time.monotonic() < deadline, "the cancelled deliverer kept the lock"
+        await asyncio.sleep(0.05)
+    os.close(descriptor)
