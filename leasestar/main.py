@@ -58,8 +58,9 @@ def create_app(settings: Settings | None = None, *, direct_route: bool = True) -
     layout = ReplicaLayout(settings.db_path)
     replica = layout if layout.marker() is not None else None
     replica_metrics = ReplicaMetrics(metrics.registry) if replica is not None else None
-    if replica is None:
-        metrics.registry.register(WebhookCollector(settings.db_path))
+    webhook_metrics = WebhookCollector(settings.db_path) if replica is None else None
+    if webhook_metrics is not None:
+        metrics.registry.register(webhook_metrics)
     limits = (
         TokenLimits(counter_path(settings.db_path), settings.token_concurrency)
         if settings.rate_limit is not None
@@ -79,6 +80,7 @@ def create_app(settings: Settings | None = None, *, direct_route: bool = True) -
         app.state.reader = reader
         app.state.change_watcher = ChangeWatcher(reader.data_version)
         app.state.metrics = metrics
+        app.state.webhook_metrics = webhook_metrics
         app.state.replica = replica
         app.state.replica_metrics = replica_metrics
         app.state.metrics_address = settings.metrics_address

@@ -25,6 +25,7 @@ from leasestar.observability import Metrics
 from leasestar.openapi import error_responses, operation_class
 from leasestar.replica.layout import ReplicaLayout
 from leasestar.replica.status import ReplicaHealth, ReplicaMetrics, health_of, read_status
+from leasestar.webhooks.metrics import WebhookCollector
 
 logger = logging.getLogger("leasestar.health")
 
@@ -147,6 +148,9 @@ class ServiceController(Controller):
         replica_metrics: ReplicaMetrics | None = request.app.state.replica_metrics
         if replica_metrics is not None:
             replica_metrics.update(_replica_health(request.app.state))
+        webhook_metrics: WebhookCollector | None = request.app.state.webhook_metrics
+        if webhook_metrics is not None:
+            await asyncio.to_thread(webhook_metrics.refresh)  # its SQL, off the event loop
         body, content_type = metrics.render()
         # Set as is: Litestar would append a second `charset` to a text/* media type, and
         # Prometheus 3 refuses a malformed Content-Type.

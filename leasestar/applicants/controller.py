@@ -31,6 +31,7 @@ from leasestar.applicants.cursors import CursorCodec, last_record, sort_key_valu
 from leasestar.applicants.filters import QueryParameterSpec
 from leasestar.applicants.ordering import total_order
 from leasestar.applicants.query import (
+    LATEST,
     PARAMETERS,
     ApplicantQuery,
     cursor_state,
@@ -344,7 +345,10 @@ class ApplicantController(Controller):
         if wants_ndjson(header_value(request.scope["headers"], b"accept")):
             return await _stream(request, codec)
         reader: ApplicantReader = request.app.state.reader
-        query = await resolve_latest(_list_query(raw, codec), reader.data_version)
+        query = _list_query(raw, codec)
+        # Checked here, not in the coroutine: the hot path (no `latest`) pays no await.
+        if query.changed_since == LATEST:
+            query = await resolve_latest(query, reader.data_version)
         wait = parse_wait(dict(_query_pairs(raw)).get("wait"), sync=query.changed_since is not None)
         scoped = await _scope_version(reader, _scope(request))
         # A long poll is never answered 304: it waits for the records instead.

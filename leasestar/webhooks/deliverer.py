@@ -22,14 +22,15 @@ response of which only the first ANSWER_BYTES are read.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import fcntl
+import ipaddress
 import logging
 import os
 import sqlite3
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Final
+from typing import Any, Final, TypeVar
 
 import httpx
 
@@ -52,7 +53,12 @@ SUBSCRIPTIONS_POLL_SECONDS: Final = 0.5
 BATCH: Final = 200
 ANSWER_BYTES: Final = 1024
 USER_AGENT: Final = f"leasestar-webhooks/{__version__}"
+# Loopback, link-local (cloud metadata), private, ULA, multicast, unspecified: off
+# limits unless the operator says otherwise, so a token allowed to subscribe cannot make
+# the server POST into its own network.
+ALLOW_PRIVATE_ENV: Final = "LEASESTAR_WEBHOOK_ALLOW_PRIVATE"
 logger = logging.getLogger("leasestar.webhooks")
+T = TypeVar("T")
 
 
 def lock_path(database: Path) -> Path:
@@ -68,6 +74,48 @@ def _try_lock(path: Path) -> int | None:
         os.close(descriptor)
         return None
     return descriptor
+
+
+class RefusedAddress(Exception):
+    """The receiver's address is one deliveries may not go to."""
+
+
+def refused(address: str) -> bool:
+    """Whether a peer address is off limits (an IPv4 address mapped in IPv6 as itself)."""
+    ip = ipaddress.ip_address(address.split("%", 1)[0])
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    return (
+        ip.is_private
+        or ip.is_loopback
+        or ip.is_link_local
+        or ip.is_multicast
+        or ip.is_unspecified
+        or ip.is_reserved
+    )
+
+
+async def _check_peer(event: str, info: dict[str, Any]) -> None:
+    """httpcore's trace hook: checks the address actually connected to, before a byte of
+    the request is sent (checking the name beforehand would let DNS answer otherwise at
+    connect time)."""
+    if event != "connection.connect_tcp.complete":
+        return
+    stream = info["return_value"]
+    peer = stream.get_extra_info("server_addr")
+    if peer is None or refused(str(peer[0])):
+        await stream.aclose()
+        raise RefusedAddress(
+            f"refused: {peer[0] if peer else 'an unknown address'} is a loopback, private "
+            f"or link-local address ({ALLOW_PRIVATE_ENV}=on allows it)"
+        )
+
+
+def _release_if_locked(trying: asyncio.Future[int | None]) -> None:
+    if not trying.cancelled() and trying.exception() is None:
+        descriptor = trying.result()
+        if descriptor is not None:
+            os.close(descriptor)
 
 
 def events_query(subscription: Subscription) -> tuple[str, list[object]]:
@@ -93,6 +141,7 @@ class Deliverer:
         # again (after an error) resumes here rather than send again what was done.
         self.cursors: dict[str, int] = {}
         self.gone: set[str] = set()  # answered 410: disabled, maybe not written yet
+        self.allow_private = os.environ.get(ALLOW_PRIVATE_ENV) == "on"
         self.holding = False
 
     def current(self, subscription_id: str) -> Subscription | None:
@@ -103,7 +152,14 @@ class Deliverer:
         """Wait for the lock, then deliver until cancelled."""
         descriptor = None
         while descriptor is None:
-            descriptor = await asyncio.to_thread(_try_lock, lock_path(self._path))
+            trying = asyncio.ensure_future(asyncio.to_thread(_try_lock, lock_path(self._path)))
+            try:
+                descriptor = await asyncio.shield(trying)
+            except asyncio.CancelledError:
+                # The thread runs on: a lock it takes after the cancellation is released
+                # then, not held (with its descriptor) for the life of the process.
+                trying.add_done_callback(_release_if_locked)
+                raise
             if descriptor is None:
                 await asyncio.sleep(LOCK_RETRY_SECONDS)
         self.holding = True
@@ -123,7 +179,12 @@ class Deliverer:
     async def _flush_forever(self) -> None:
         while True:
             await asyncio.sleep(FLUSH_SECONDS)
-            await asyncio.to_thread(self.ledger.flush)
+            # A failed flush keeps its records buffered; the flusher itself must outlive
+            # it, or nothing delivered would be recorded again until a restart.
+            try:
+                await asyncio.to_thread(self.ledger.flush)
+            except Exception as error:
+                logger.error("webhooks: recording deliveries failed (%r); trying again", error)
 
     async def _deliver(self) -> None:
         senders: dict[str, asyncio.Task[None]] = {}
@@ -176,6 +237,21 @@ class SubscriptionSender:
         self._decoder = BodyDecoder.of(self._db)
         # Attempts made before a restart: (attempts so far, next attempt's instant).
         self._earlier: dict[int, tuple[int, int | None]] = {}
+        self._reading: asyncio.Future[Any] | None = None
+
+    async def _read(self, function: Callable[..., T], *args: Any) -> T:
+        """`function(*args)` on a thread, with `_db`. Shielded: a cancelled sender's thread
+        runs on, and `run` closes the connection only once that thread is done with it
+        (closing it under a running query crashes the process)."""
+        self._reading = asyncio.ensure_future(asyncio.to_thread(function, *args))
+        result: T = await asyncio.shield(self._reading)
+        return result
+
+    def _close(self) -> None:
+        if self._reading is None or self._reading.done():
+            self._db.close()
+        else:
+            self._reading.add_done_callback(lambda _: self._db.close())
 
     def _load_earlier(self) -> None:
         rows = self._db.execute(
@@ -185,9 +261,29 @@ class SubscriptionSender:
         )
         self._earlier = {seq: (attempts, next_at) for seq, attempts, next_at in rows}
 
-    def _next_events(self) -> list[Event]:
-        rows = self._db.execute(self._query, (self._cursor, *self._params, BATCH)).fetchall()
-        return [Event(*row) for row in rows]
+    def _next_events(self) -> tuple[list[Event], int]:
+        """The next batch, and the outbox's last sequence as of the same snapshot.
+
+        Past the batch's last event, up to that sequence, are only events this
+        subscription does not receive (other integrations or event types): its cursor
+        moves over them, or a filtered subscription would hold back the outbox's pruning
+        and rescan them on every poll.
+        """
+        self._db.execute("BEGIN")  # one read transaction: both answers from one snapshot
+        try:
+            rows = self._db.execute(self._query, (self._cursor, *self._params, BATCH)).fetchall()
+            (last,) = self._db.execute("SELECT max(change_seq) FROM webhook_events").fetchone()
+        finally:
+            self._db.execute("COMMIT")
+        events = [Event(*row) for row in rows]
+        # A full batch may have more of this subscription's events after it.
+        through = events[-1].change_seq if len(events) == BATCH else (last or 0)
+        return events, through
+
+    def _advance(self, change_seq: int) -> None:
+        self._cursor = change_seq
+        self._deliverer.cursors[self._id] = change_seq
+        self._deliverer.ledger.done(self._id, change_seq)
 
     def _body(self, event: Event) -> bytes:
         try:
@@ -198,36 +294,38 @@ class SubscriptionSender:
 
     async def run(self) -> None:
         try:
-            await asyncio.to_thread(self._load_earlier)
+            await self._read(self._load_earlier)
             async with httpx.AsyncClient(
+                # Never through a proxy the environment names: a delivery goes to the
+                # subscribed URL, and the signed body nowhere else.
+                trust_env=False,
                 follow_redirects=False,
                 timeout=self._deliverer.policy.timeout,
                 headers={"user-agent": USER_AGENT},
                 limits=httpx.Limits(max_connections=1, max_keepalive_connections=1),
             ) as client:
                 while True:
-                    events = await asyncio.to_thread(self._next_events)
-                    if not events:
-                        await asyncio.sleep(POLL_SECONDS)
-                        continue
+                    events, through = await self._read(self._next_events)
                     for event in events:
                         outcome = await self._until_done(client, event)
                         if outcome == "revoked":
                             return
-                        self._cursor = event.change_seq
-                        self._deliverer.cursors[self._id] = event.change_seq
-                        self._deliverer.ledger.done(self._id, event.change_seq)
+                        self._advance(event.change_seq)
                         if outcome == "gone":
                             self._deliverer.gone.add(self._id)
                             self._deliverer.ledger.disable(self._id, "410 Gone")
                             return
+                    if through > self._cursor:
+                        self._advance(through)
+                    if not events:
+                        await asyncio.sleep(POLL_SECONDS)
         finally:
-            self._db.close()
+            self._close()
 
     async def _until_done(self, client: httpx.AsyncClient, event: Event) -> str:
         policy = self._deliverer.policy
         attempt, next_at = self._earlier.pop(event.change_seq, (0, None))
-        body = await asyncio.to_thread(self._body, event)
+        body = await self._read(self._body, event)
         while True:
             if next_at is not None:
                 await asyncio.sleep(max(0.0, next_at / 1e6 - time.time()))
@@ -251,10 +349,11 @@ class SubscriptionSender:
                 outcome = "gone"
             else:
                 wait = policy.delay(attempt, retry_after)
-                if policy.gives_up(event.created_at / 1e6, now + wait):
+                retry_at = policy.retry_at(event.created_at / 1e6, now, wait)
+                if retry_at is None:
                     outcome = "failed"
                 else:
-                    outcome, next_at = "retry", int((now + wait) * 1e6)
+                    outcome, next_at = "retry", int(retry_at * 1e6)
             self._deliverer.ledger.attempt(
                 Attempt(
                     self._id,
@@ -278,7 +377,10 @@ class SubscriptionSender:
             # The whole exchange, not each read: a receiver dripping its answer a byte at
             # a time would hold the subscription indefinitely otherwise.
             async with asyncio.timeout(self._deliverer.policy.timeout):
-                async with client.stream("POST", url, content=body, headers=headers) as answer:
+                guard = {} if self._deliverer.allow_private else {"trace": _check_peer}
+                async with client.stream(
+                    "POST", url, content=body, headers=headers, extensions=guard
+                ) as answer:
                     read = bytearray()
                     async for chunk in answer.aiter_raw():
                         read += chunk
@@ -291,9 +393,35 @@ class SubscriptionSender:
             return None, f"no answer within {self._deliverer.policy.timeout:g} s", None
         except httpx.HTTPError as error:
             return None, f"{type(error).__name__}: {error}"[:ANSWER_BYTES], None
+        except RefusedAddress as error:
+            return None, str(error), None
 
 
 async def run_deliverer(deliverer: Deliverer) -> None:
-    """`deliverer.run()`, for a lifespan's task: ends quietly when cancelled."""
-    with contextlib.suppress(asyncio.CancelledError):
-        await deliverer.run()
+    """`deliverer.run()`, for a lifespan's task: ends quietly when cancelled, and only then.
+
+    Any other error (a busy or unreadable database, no file descriptors left) is logged
+    and delivery starts again: letting it end the task would stop delivery for the life
+    of the process, and the lifespan awaiting it at shutdown would raise it instead of
+    closing what it opened.
+    """
+    task = asyncio.current_task()
+    while True:
+        try:
+            await deliverer.run()
+        except asyncio.CancelledError:
+            return
+        except Exception as error:
+            # Raised while being cancelled (by a cleanup in `run`): the cancellation is
+            # spent, so ask the task rather than wait for another.
+            if task is not None and task.cancelling():
+                return
+            logger.error(
+                "webhooks: delivery stopped (%r); starting again in %g s",
+                error,
+                LOCK_RETRY_SECONDS,
+            )
+        try:
+            await asyncio.sleep(LOCK_RETRY_SECONDS)
+        except asyncio.CancelledError:
+            return

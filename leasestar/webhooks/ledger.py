@@ -62,6 +62,9 @@ class Ledger:
     def __init__(self, path: Path) -> None:
         self._path = path
         self._lock = threading.Lock()
+        # One flush at a time, and no close under one: a cancelled flusher's thread may
+        # still be writing when the deliverer flushes a last time and closes.
+        self._writing = threading.Lock()
         self._attempts: list[Attempt] = []
         self._done: dict[str, int] = {}
         self._disabled: dict[str, str] = {}
@@ -98,6 +101,10 @@ class Ledger:
     def flush(self) -> bool:
         """Write what is buffered (blocking: call on a thread); False if the database
         was busy, in which case it stays buffered."""
+        with self._writing:
+            return self._flush()
+
+    def _flush(self) -> bool:
         attempts, done, disabled = self._take()
         prune = time.monotonic() - self._pruned > PRUNE_SECONDS
         if not (attempts or done or disabled or prune):
@@ -129,6 +136,7 @@ class Ledger:
         return True
 
     def close(self) -> None:
-        if self._connection is not None:
-            self._connection.close()
-            self._connection = None
+        with self._writing:
+            if self._connection is not None:
+                self._connection.close()
+                self._connection = None

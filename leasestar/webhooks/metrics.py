@@ -1,5 +1,10 @@
 """Webhook figures for /metrics, read from the database at scrape time.
 
+Read by `refresh` on a thread before the registry is collected on the event loop: the
+queries (a count per subscription, a week of attempts) would stall every request
+meanwhile, and the registry cannot be collected on a thread itself (the request counts
+it holds are plain numbers the event loop changes, observability.RequestCounts).
+
 Whichever worker answers the scrape reads the same tables the deliverer writes, so the
 figures do not depend on which worker delivers. They trail the deliveries by up to the
 ledger's flush interval (ledger.py).
@@ -25,8 +30,16 @@ OUTCOMES = ("delivered", "retry", "failed", "gone")  # ledger.Attempt.outcome
 class WebhookCollector(Collector):
     def __init__(self, path: Path) -> None:
         self._path = path
+        self._figures: list[Metric] = []
+
+    def refresh(self) -> None:
+        """Read the figures (blocking: call on a thread) for the next `collect`."""
+        self._figures = list(self._read())
 
     def collect(self) -> Iterator[Metric]:
+        yield from self._figures
+
+    def _read(self) -> Iterator[Metric]:
         pending = GaugeMetricFamily(
             "leasestar_webhook_pending_events",
             "Events committed and not yet delivered (nor given up), per active subscription.",

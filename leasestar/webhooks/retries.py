@@ -6,7 +6,10 @@ step, until the retry horizon: Stripe and Standard Webhooks retry for about thre
 days, so a receiver down over a weekend loses nothing. The horizon is counted from the
 event's creation: a receiver back after a longer outage gets one attempt at each old
 event, not three more days of each, one after the other. A `Retry-After` the receiver
-sends (seconds or an HTTP date) replaces the drawn delay, within the horizon.
+sends (seconds or an HTTP date) replaces the drawn delay, held between the first and
+the largest step: `Retry-After: 0` would otherwise make a tight loop of requests for
+the whole horizon. A retry due past the horizon is made at the horizon, so a long
+`Retry-After` or step never turns the last attempt into none.
 """
 
 from __future__ import annotations
@@ -58,13 +61,17 @@ class RetryPolicy:
     def delay(self, attempt: int, retry_after: float | None = None) -> float:
         """Seconds before attempt `attempt + 1`, after `attempt` (1-based) failed."""
         if retry_after is not None:
-            return max(0.0, retry_after)
+            return min(self.max_delay, max(self.first_delay, retry_after))
         step = min(self.max_delay, self.first_delay * 2.0 ** min(attempt - 1, 60))
         return float(step / 2 + random.random() * step / 2)
 
-    def gives_up(self, created_at: float, next_attempt_at: float) -> bool:
-        """Whether an attempt at `next_attempt_at` would fall past the horizon (seconds)."""
-        return next_attempt_at > created_at + self.horizon
+    def retry_at(self, created_at: float, now: float, wait: float) -> float | None:
+        """When to try again after an attempt at `now` failed (seconds since the epoch),
+        or None to give up: the horizon has passed."""
+        horizon_ends = created_at + self.horizon
+        if now >= horizon_ends:
+            return None
+        return min(now + wait, horizon_ends)
 
 
 def parse_retry_after(value: str | None, now: float) -> float | None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import sqlite3
 from pathlib import Path
 from typing import Annotated, Any, Final
@@ -42,6 +43,7 @@ from leasestar.webhooks.subscriptions import (
 )
 
 PERMISSION: Final = "webhooks"
+logger = logging.getLogger("leasestar.webhooks")
 MODEL: Final = "applicants"
 _encode = msgspec.json.Encoder().encode
 _NOT_PERMITTED: Final = {
@@ -50,6 +52,18 @@ _NOT_PERMITTED: Final = {
 _NOT_VISIBLE: Final = {
     404: "No such subscription visible to this token, or the token lacks the webhooks "
     "permission (answered as for an unknown route)."
+}
+# A write waits BUSY_TIMEOUT_MS for the write lock, which an import may hold longer:
+# then the client is told to come back (it was a 500 and a trace), nothing was written.
+BUSY_RETRY_SECONDS: Final = 5
+# A replica's database is written only by its follower, and a replica never sends:
+# subscriptions are managed on the primary (its subscriptions reach the replica with
+# the data). The routes that write answer 405, as for a method the path does not take.
+_ON_A_REPLICA: Final = "a replica is read-only: manage webhook subscriptions on the primary"
+_READ_ONLY: Final = {405: "This server is a replica: subscriptions are managed on the primary."}
+_BUSY: Final = {
+    503: "The database is busy (an import holds its write lock) or cannot be written; "
+    "nothing was changed. `Retry-After` says how many seconds to wait."
 }
 
 
@@ -173,12 +187,16 @@ class WebhookController(Controller):
         summary="Create a webhook subscription",
         operation_id="createWebhook",
         status_code=200,
-        responses=error_responses(400, 401, 404, described=_NOT_PERMITTED),
+        responses=error_responses(
+            400, 401, 404, 405, 503, described={**_NOT_PERMITTED, **_READ_ONLY, **_BUSY}
+        ),
     )
     async def create_webhook(self, request: Request[TokenHolder, Any, State]) -> Response[bytes]:
         """A new subscription: `{"result"}`, with its secret (shown this once). Tokens
         without the webhooks permission get 404."""
         holder = _allowed(request)
+        if request.app.state.replica is not None:
+            return error_response(405, _ON_A_REPLICA, headers={"Allow": "GET, HEAD"})
         try:
             given = msgspec.json.decode(await request.body(), type=WebhookInput)
         except msgspec.DecodeError as error:
@@ -195,6 +213,8 @@ class WebhookController(Controller):
             created = await asyncio.to_thread(_create, _path(request), given, sorted(integrations))
         except SubscriptionError as error:
             return error_response(400, str(error))
+        except sqlite3.OperationalError as error:
+            return _busy(error)
         return _json({"result": _shape(created, created.secret)})
 
     @get(
@@ -219,7 +239,9 @@ class WebhookController(Controller):
         summary="Delete (revoke) a webhook subscription",
         operation_id="deleteWebhook",
         status_code=200,
-        responses=error_responses(400, 401, 404, described=_NOT_VISIBLE),
+        responses=error_responses(
+            400, 401, 404, 405, 503, described={**_NOT_VISIBLE, **_READ_ONLY, **_BUSY}
+        ),
     )
     async def delete_webhook(
         self,
@@ -228,7 +250,12 @@ class WebhookController(Controller):
     ) -> Response[bytes]:
         """Revoke it (`{"result": {"id"}}`): nothing more is sent to it."""
         holder = _allowed(request)
-        await asyncio.to_thread(_revoke, _path(request), holder, webhook_id)
+        if request.app.state.replica is not None:
+            return error_response(405, _ON_A_REPLICA, headers={"Allow": "GET, HEAD"})
+        try:
+            await asyncio.to_thread(_revoke, _path(request), holder, webhook_id)
+        except sqlite3.OperationalError as error:
+            return _busy(error)
         return _json({"result": {"id": webhook_id}})
 
     # The other methods: 404 without the permission, as on an unknown route (Litestar
@@ -248,6 +275,15 @@ class WebhookController(Controller):
     ) -> Response[bytes]:
         _allowed(request)
         return error_response(405)
+
+
+def _busy(error: sqlite3.OperationalError) -> Response[bytes]:
+    logger.warning("webhook subscription not written: %s", error)
+    return error_response(
+        503,
+        "the database is busy (an import holds it); try again",
+        headers={"Retry-After": str(BUSY_RETRY_SECONDS)},
+    )
 
 
 def _found(connection: sqlite3.Connection, holder: TokenHolder, webhook_id: str) -> Subscription:

@@ -26,6 +26,10 @@ STANDARD_SECRET_PREFIX: Final = "whsec_"  # noqa: S105 - the Standard Webhooks p
 # the new one without losing a delivery.
 DEFAULT_GRACE_SECONDS: Final = 24 * 3600
 MAX_URL_LENGTH: Final = 2048
+# Each active subscription is a task, an HTTP client and a query every POLL_SECONDS in
+# the delivering worker, on the threads /health shares: a token with the webhooks
+# permission must not be able to add them without end.
+MAX_ACTIVE_SUBSCRIPTIONS: Final = 50
 _COLUMNS: Final = (
     "id, url, integrations, events, signing, secret, previous_secret, previous_until, "
     "created_at, updated_at, revoked_at, disabled_at, disabled_reason, delivered_through"
@@ -127,6 +131,14 @@ def create_subscription(
     kinds = json.dumps(sorted(set(events) or set(EVENT_TYPES)))
     with connection:
         connection.execute("BEGIN IMMEDIATE")  # the sequence read is the one written next
+        (active,) = connection.execute(
+            "SELECT count(*) FROM webhook_subscriptions "
+            "WHERE revoked_at IS NULL AND disabled_at IS NULL"
+        ).fetchone()
+        if active >= MAX_ACTIVE_SUBSCRIPTIONS:
+            raise SubscriptionError(
+                f"at most {MAX_ACTIVE_SUBSCRIPTIONS} active subscriptions: revoke one first"
+            )
         connection.execute(
             f"INSERT INTO webhook_subscriptions ({_COLUMNS}) VALUES "
             "(?, ?, ?, ?, ?, ?, NULL, NULL, ?, ?, NULL, NULL, NULL, "

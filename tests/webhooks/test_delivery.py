@@ -18,15 +18,20 @@ from leasestar.database import open_for_write
 from leasestar.webhooks.subscriptions import create_subscription, rotate_secret
 from tests.applicants.lines import T1, ndjson, run_import, source
 from tests.test_hardening import serve
-from tests.webhooks.receiver import Received, Receiver, receiving
+from tests.webhooks.receiver import WAIT_SECONDS, Received, Receiver, receiving
 
-FAST_RETRIES = {"LEASESTAR_WEBHOOK_FIRST_RETRY": "0.05", "LEASESTAR_WEBHOOK_TIMEOUT": "30"}
+# The receivers are on loopback, off limits by default.
+FAST_RETRIES = {
+    "LEASESTAR_WEBHOOK_FIRST_RETRY": "0.05",
+    "LEASESTAR_WEBHOOK_TIMEOUT": "30",
+    "LEASESTAR_WEBHOOK_ALLOW_PRIVATE": "on",
+}
 
 
 def env(**extra: str) -> dict[str, str]:
     from tests.servers import clean_env
 
-    return clean_env(**FAST_RETRIES, **extra)
+    return clean_env(**{**FAST_RETRIES, **extra})
 
 
 @pytest.fixture
@@ -179,13 +184,16 @@ def test_a_stalled_receiver_never_delays_another(db_file: Path, receiver: Receiv
     release = threading.Event()
 
     def stalled(number: int, request: Received) -> tuple[int, dict[str, str]]:
-        release.wait(60)
+        release.wait(WAIT_SECONDS * 2)  # past any wait below: it answers when released
         return 204, {}
 
     with receiving(stalled) as slow:
         subscribe(db_file, slow.url)
         subscribe(db_file, receiver.url)
-        with serve(db_file, "--log-format", "off", env=env()):
+        # A request timeout past the receivers' longest wait: on a loaded machine the
+        # stalled request would otherwise time out and be retried, counted twice.
+        timeout = str(WAIT_SECONDS * 4)
+        with serve(db_file, "--log-format", "off", env=env(LEASESTAR_WEBHOOK_TIMEOUT=timeout)):
             import_records(db_file, *(source(n) for n in range(1, 21)))
             receiver.wait_for_count(20)  # all of them, while the other holds its first
             assert len(slow.received) <= 1
@@ -257,3 +265,40 @@ def test_metrics_count_pending_attempts_and_lag(db_file: Path) -> None:
     assert figures[("leasestar_webhook_attempts", "delivered")] == 1
     assert figures[("leasestar_webhook_pending_events", subscription_id)] == 2
     assert figures[("leasestar_webhook_lag_seconds", subscription_id)] > 0
+
+
+def test_a_filtered_subscription_moves_past_events_it_does_not_receive(
+    db_file: Path, receiver: Receiver
+) -> None:
+    subscription_id, _ = subscribe(db_file, receiver.url, integrations=["int_2"])
+
+    def delivered_through() -> int:
+        with sqlite3.connect(db_file) as connection:
+            (seq,) = connection.execute(
+                "SELECT delivered_through FROM webhook_subscriptions WHERE id = ?",
+                (subscription_id,),
+            ).fetchone()
+        return int(seq)
+
+    with serve(db_file, "--log-format", "off", env=env()):
+        # Only other integrations' records: nothing for it, yet its cursor must reach them,
+        # or the outbox is never pruned below it.
+        import_records(db_file, source(1), source(2))
+        last = max(committed_changes(db_file))
+        receiver.wait_for(lambda _: delivered_through() == last, "the cursor past them")
+    assert receiver.received == []
+
+
+def test_loopback_and_private_receivers_are_refused_by_default(
+    db_file: Path, receiver: Receiver
+) -> None:
+    subscription_id, _ = subscribe(db_file, receiver.url)
+    refusing = env()
+    del refusing["LEASESTAR_WEBHOOK_ALLOW_PRIVATE"]
+    with serve(db_file, "--log-format", "off", env=refusing):
+        import_records(db_file, source(1))
+        receiver.wait_for(
+            lambda _: len(attempts(db_file, subscription_id)) >= 2, "two refused attempts"
+        )
+    assert receiver.received == []
+    assert {row[2:] for row in attempts(db_file, subscription_id)} == {("retry", None)}

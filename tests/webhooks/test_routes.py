@@ -14,6 +14,12 @@ from litestar.testing import AsyncTestClient
 from leasestar.auth import create_token
 from leasestar.config import Settings
 from leasestar.main import create_app
+from leasestar.replica.layout import ReplicaLayout, ReplicaMarker
+from leasestar.webhooks.subscriptions import (
+    MAX_ACTIVE_SUBSCRIPTIONS,
+    create_subscription,
+    revoke_subscription,
+)
 from tests.applicants.test_sync_feed import Client
 
 METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
@@ -115,3 +121,64 @@ async def test_with_the_permission_other_methods_are_405(
         answer = await client.request(method, path, headers=manager, json=NEW)
         assert answer.status_code == 405
         assert answer.json()["error"]["code"]
+
+
+async def test_a_write_while_an_import_holds_the_lock_is_a_503_to_retry(
+    client: Client, db: sqlite3.Connection, db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    manager = bearer(create_token(db, "manager", permissions=("webhooks",)))
+    kept = (await client.post("/v1/webhooks/", headers=manager, json=NEW)).json()["result"]
+    # The wait for the lock, shortened from the server's 10 s: the answer is the same.
+    monkeypatch.setattr("leasestar.webhooks.routes.BUSY_TIMEOUT_MS", 50)
+    importing = sqlite3.connect(db_path, isolation_level=None)
+    try:
+        importing.execute("BEGIN IMMEDIATE")  # the write lock, as an import holds it
+        created = await client.post("/v1/webhooks/", headers=manager, json=NEW)
+        deleted = await client.delete(f"/v1/webhooks/{kept['id']}", headers=manager)
+    finally:
+        importing.execute("ROLLBACK")
+        importing.close()
+    for answer in (created, deleted):
+        assert answer.status_code == 503
+        assert answer.headers["retry-after"] == "5"
+        assert answer.json()["error"]["code"] == "service_unavailable"
+    listed = (await client.get("/v1/webhooks/", headers=manager)).json()
+    assert [r["id"] for r in listed["results"]] == [kept["id"]]
+
+
+async def test_on_a_replica_subscriptions_are_read_not_written(
+    db: sqlite3.Connection, db_path: Path
+) -> None:
+    manager = bearer(create_token(db, "manager", permissions=("webhooks",)))
+    kept = create_subscription(db, NEW["url"])
+    layout = ReplicaLayout(db_path)
+    layout.directory.mkdir()
+    layout.write_marker(ReplicaMarker(of="primary-store", primary="primary"))
+    async with AsyncTestClient(app=create_app(Settings(db_path=db_path))) as replica:
+        created = await replica.post("/v1/webhooks/", headers=manager, json=NEW)
+        deleted = await replica.delete(f"/v1/webhooks/{kept.id}", headers=manager)
+        listed = (await replica.get("/v1/webhooks/", headers=manager)).json()
+    for answer in (created, deleted):
+        assert answer.status_code == 405
+        assert answer.json()["error"]["code"] == "method_not_allowed"
+    assert [r["id"] for r in listed["results"]] == [kept.id]
+    assert db.execute("SELECT count(*), max(revoked_at) FROM webhook_subscriptions").fetchone() == (
+        1,
+        None,
+    )
+
+
+async def test_active_subscriptions_are_capped(client: Client, db: sqlite3.Connection) -> None:
+    manager = bearer(create_token(db, "manager", permissions=("webhooks",)))
+    for _ in range(MAX_ACTIVE_SUBSCRIPTIONS):
+        create_subscription(db, NEW["url"])
+    refused = await client.post("/v1/webhooks/", headers=manager, json=NEW)
+    assert refused.status_code == 400
+    assert "at most 50 active subscriptions" in refused.json()["error"]["message"]
+    first = db.execute("SELECT id FROM webhook_subscriptions ORDER BY rowid").fetchone()[0]
+    revoke_subscription(db, first)  # a revoked one leaves room
+    created = await client.post("/v1/webhooks/", headers=manager, json=NEW)
+    assert created.status_code == 200
+    assert db.execute(
+        "SELECT count(*) FROM webhook_subscriptions WHERE revoked_at IS NULL"
+    ).fetchone() == (50,)
