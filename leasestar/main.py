@@ -99,7 +99,10 @@ def create_app(settings: Settings | None = None, *, direct_route: bool = True) -
         finally:
             if delivering is not None:
                 delivering.cancel()
-                await delivering
+                # Waited for, not awaited: a task cancelled before its first step ends
+                # with CancelledError whatever run_deliverer catches (a lifespan that
+                # ends at once, as in the tests' in-process apps).
+                await asyncio.wait([delivering])
             access_log.flush()
             await app.state.change_watcher.close()
             app.state.tokens.close()

@@ -213,6 +213,11 @@ def operation_class(
 TAGS: Final = [
     Tag(name="applicants", description="Applicant records: the list, one record, the sync feed."),
     Tag(name="service", description="Health and metrics of the server; no token needed."),
+    Tag(
+        name="webhooks",
+        description="Subscriptions to changes, pushed to a receiver (a token with the "
+        "webhooks permission).",
+    ),
 ]
 
 

@@ -167,6 +167,7 @@ def _revoke(path: Path, holder: TokenHolder, webhook_id: str) -> None:
 class WebhookController(Controller):
     path = "/v1/webhooks"
     tags = ["webhooks"]  # noqa: RUF012 - Litestar reads this class attribute as declared
+    security = [{"BearerToken": []}]  # noqa: RUF012 - read by Litestar as declared
 
     @get(
         "/",
