@@ -16,7 +16,6 @@ import time
 from pathlib import Path
 from typing import Final, NamedTuple
 
-from leasestar.database import open_for_write
 from leasestar.instants import now_micros
 
 FLUSH_SECONDS: Final = 0.2
@@ -68,7 +67,6 @@ class Ledger:
         self._attempts: list[Attempt] = []
         self._done: dict[str, int] = {}
         self._disabled: dict[str, str] = {}
-        self._connection: sqlite3.Connection | None = None
         self._pruned = time.monotonic()
 
     def attempt(self, attempt: Attempt) -> None:
@@ -109,10 +107,30 @@ class Ledger:
         prune = time.monotonic() - self._pruned > PRUNE_SECONDS
         if not (attempts or done or disabled or prune):
             return True
-        if self._connection is None:
-            self._connection = open_for_write(self._path)
-            self._connection.execute(f"PRAGMA busy_timeout = {LOCK_WAIT_MS}")
-        db = self._connection
+        # A connection per flush (at most a few a second), closed after it: one kept open
+        # would hold this process to the database's WAL index as it was, so that after
+        # the -shm is replaced the read pool's new connections (database.py, `ReadPool`)
+        # would share the old one and miss every later write of other processes.
+        # (A plain connection: the server opened the database with its schema already.)
+        try:
+            db = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
+        except sqlite3.Error:
+            self._give_back(attempts, done, disabled)
+            return False
+        try:
+            db.execute(f"PRAGMA busy_timeout = {LOCK_WAIT_MS}")
+            return self._write(db, attempts, done, disabled, prune)
+        finally:
+            db.close()
+
+    def _write(
+        self,
+        db: sqlite3.Connection,
+        attempts: list[Attempt],
+        done: dict[str, int],
+        disabled: dict[str, str],
+        prune: bool,
+    ) -> bool:
         try:
             db.execute("BEGIN IMMEDIATE")
             db.executemany(_ATTEMPT, attempts)
@@ -137,6 +155,4 @@ class Ledger:
 
     def close(self) -> None:
         with self._writing:
-            if self._connection is not None:
-                self._connection.close()
-                self._connection = None
+            pass  # (a flush in progress ends first: each closes its own connection)
