@@ -27,7 +27,9 @@ logged, and no check made before the touch can close that race. A system call on
 file only reads short or fails, which the counter notices and answers (`_check`):
 
 - cut or overwritten: it is cleared under the lock and counting goes on in it (every
-  token's window starts again), one line logged by the worker that cleared it;
+  token's window starts again), one line logged by the worker that cleared it (a new
+  file is made whole under another name and linked to the path, so a short file at
+  the path was always cut, even when a worker starting late is the first to see it);
 - deleted, or another file moved in its place: the workers notice within a second
   (its link count, or the path's inode) and count in the file now at the path, creating
   it if none is, so servers sharing the database share one budget again; one line,
@@ -189,37 +191,68 @@ class WindowCounter:
     def _open_path(self) -> tuple[int, bool]:
         """A descriptor of the file at the path, its table ready, and whether this call
         created the file."""
-        flags = os.O_RDWR | os.O_CLOEXEC
         try:
-            try:
-                fd, created = os.open(self._path, flags | os.O_CREAT | os.O_EXCL, 0o600), True
-            except FileExistsError:
-                fd, created = os.open(self._path, flags), False
+            while True:
+                try:
+                    fd, created = os.open(self._path, os.O_RDWR | os.O_CLOEXEC), False
+                    break
+                except FileNotFoundError:
+                    published = self._publish_new()
+                    if published is not None:
+                        fd, created = published, True
+                        break
+                    # Another worker published one first: open that.
         except OSError as error:
             raise DatabaseError(
                 f"cannot use the rate-limit file {self._path}: {error.strerror}"
             ) from None
+        if created:
+            return fd, True
         try:
-            cleared = self._prepare(fd, created)
+            cleared = self._prepare(fd)
         except BaseException:
             os.close(fd)
             raise
         if cleared is not None:
             self._say_cleared(cleared)
-        return fd, created
+        return fd, False
 
-    def _prepare(self, fd: int, created: bool) -> str | None:
-        """Give a new file its table, under the lock (every worker starts at once); how a
-        damaged one was found, when serving, once cleared."""
+    def _publish_new(self) -> int | None:
+        """A new file with its table, put at the path only once whole (None: a file was
+        there first).
+
+        Made under a name of this process's and linked to the path, so no worker ever
+        opens a file another is still filling: at the path, a file shorter than a table
+        has been cut (an empty one counted as just made, and quietly filled, let a
+        worker starting late clear a file cut under the others without a word).
+        """
+        making = self._path.with_name(f".{self._path.name}.{os.getpid()}")
+        fd = os.open(making, os.O_RDWR | os.O_CLOEXEC | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            os.ftruncate(fd, _SIZE)
+            os.pwrite(fd, _MAGIC, 0)
+            os.link(making, self._path)
+        except BaseException as error:
+            os.close(fd)
+            if isinstance(error, FileExistsError):
+                return None
+            raise
+        finally:
+            making.unlink(missing_ok=True)
+        return fd
+
+    def _prepare(self, fd: int) -> str | None:
+        """Check a file found at the path, under the lock; when serving, clear a damaged
+        one and say how it was found."""
         fcntl.flock(fd, fcntl.LOCK_EX)
         try:
+            if self._serving:
+                return _make_whole(fd)
             size = os.fstat(fd).st_size
-            if created or size == 0:  # (another worker's, made a moment ago, may be empty)
+            if size == 0:  # (left by a start that died, or by a version before this one)
                 os.ftruncate(fd, _SIZE)
                 os.pwrite(fd, _MAGIC, 0)
                 return None
-            if self._serving:
-                return _make_whole(fd)
             if size != _SIZE or os.pread(fd, len(_MAGIC), 0) != _MAGIC:
                 raise DatabaseError(
                     f"{self._path} {_FOREIGN}: move it away (it holds only counts of open windows)"

@@ -24,7 +24,7 @@ import shutil
 import subprocess
 import time
 from collections.abc import Callable
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, suppress
 from pathlib import Path
 
 import httpx
@@ -107,7 +107,7 @@ def test_a_damaged_rate_limit_file_is_cleared_and_counting_goes_on(
     db: Path, token: str, damage: Callable[[Path], None], said: str
 ) -> None:
     path = db.with_name(db.name + "-ratelimit")
-    with limited(db) as server:
+    with limited(db, "--workers", "2") as server:
         assert [remaining(get(server, token)) for _ in range(3)] == [99, 98, 97]
         damage(path)
         after = []
@@ -123,9 +123,8 @@ def test_a_damaged_rate_limit_file_is_cleared_and_counting_goes_on(
             "window starts again"
         ], [str(record["message"]) for record in log_records(server)]
         # The window started again once cleared (before, r only fell), and is counted
-        # exactly from there. One worker: with two, one run in three under a loaded
-        # machine saw no clearing within 30 s (the token ran out of budget: 429), a race
-        # between the workers' checks left for the next change (the stop's note).
+        # exactly from there. Two workers: one may still be starting when the file is
+        # cut, and finds it so first (rate_limit.py, `_publish_new`).
         restart = after.index(BUDGET - 1)
         assert after[restart:] == list(range(BUDGET - 1, BUDGET - 1 - len(after[restart:]), -1))
     assert path.stat().st_size == FILE_SIZE
@@ -286,10 +285,8 @@ def test_a_cut_wal_index_kills_a_worker_the_supervisor_names_it_and_starts_anoth
         # go on; the connection of one that died under a request is cut.
         deadline = time.monotonic() + 30
         while not lines_saying(server, "was killed by SIGBUS") and time.monotonic() < deadline:
-            try:
+            with suppress(httpx.TransportError):
                 total(server, token)
-            except httpx.TransportError:
-                pass
             time.sleep(0.1)
         assert lines_saying(server, "was killed by SIGBUS")
         expected = write_and_restart_the_wal(db, seed=2000)

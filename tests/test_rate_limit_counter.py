@@ -185,3 +185,37 @@ def test_a_file_that_is_not_a_counter_is_refused(tmp_path: Path) -> None:
     with pytest.raises(DatabaseError, match="is not a leasestar rate-limit file"):
         WindowCounter(path)
     assert path.read_bytes()[:6] == b"SQLite"
+
+
+def test_a_worker_starting_on_a_file_cut_to_nothing_says_it_cleared_it(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A file at the path is only ever one another worker finished making: an empty one
+    was cut, and the worker that finds it so (here one starting late) says it cleared it."""
+    path = tmp_path / "db-ratelimit"
+    first = WindowCounter(path, fallback=True)
+    try:
+        assert first.count("token", 10, 60)[0] == 1
+        path.write_bytes(b"")
+        with caplog.at_level("WARNING", logger="leasestar.rate_limit"):
+            late = WindowCounter(path, fallback=True)
+        try:
+            assert [r.getMessage() for r in caplog.records] == [
+                f"rate-limit file {path} was cut to 0 of its {path.stat().st_size:,} bytes "
+                "while serving: cleared it, every token's window starts again"
+            ]
+            assert late.count("token", 10, 60)[0] == 1  # a new window
+        finally:
+            late.close()
+    finally:
+        first.close()
+
+
+def test_files_made_at_once_by_many_processes_are_one_file_made_once(tmp_path: Path) -> None:
+    """Processes that each find no file publish theirs whole under the path; all but one
+    find another's there first and count in it: one budget, counted exactly."""
+    path = tmp_path / "db-ratelimit"
+    with multiprocessing.get_context("fork").Pool(PROCESSES) as pool:
+        counts = pool.starmap(_count_many, [(str(path), "token", 20, EXACT_BUDGET)] * PROCESSES)
+    assert sorted(itertools.chain.from_iterable(counts)) == list(range(1, 20 * PROCESSES + 1))
+    assert [p.name for p in tmp_path.iterdir()] == ["db-ratelimit"]  # no file left making
