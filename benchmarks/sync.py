@@ -29,7 +29,7 @@ import harness
 import msgspec
 import provenance
 
-from leasestar.applicants.bodies import register_json_body
+from leasestar.applicants.bodies import BodyDecoder
 from leasestar.applicants.pipeline import write_records
 from leasestar.applicants.records import Applicant
 from leasestar.database import open_for_write
@@ -156,9 +156,9 @@ def _get(url: str, token: str) -> bytes:
 async def _wake_up(server: harness.Server, db: Path, token: str, clients: int) -> dict[str, float]:
     port = int(server.base.rsplit(":", 1)[1])
     with sqlite3.connect(db) as connection:
-        register_json_body(connection)
         (since,) = connection.execute("SELECT max(change_seq) FROM applicants").fetchone()
-        (body,) = connection.execute("SELECT json_body(body) FROM applicants LIMIT 1").fetchone()
+        (stored,) = connection.execute("SELECT body FROM applicants LIMIT 1").fetchone()
+        body = BodyDecoder.of(connection).decode(stored).decode()
     done: list[float] = []
     empty = 0
 

@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 from litestar.testing import AsyncTestClient
 
-from leasestar.applicants.bodies import register_json_body
 from leasestar.auth import create_token, revoke_token
 from leasestar.config import Settings
 from leasestar.main import create_app
+from tests.json_body import register_json_body
 
 Client = AsyncTestClient  # type: ignore[type-arg]
 Record = dict[str, Any]

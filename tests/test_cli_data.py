@@ -18,10 +18,10 @@ from typing import Any
 import pytest
 
 from leasestar import commands
-from leasestar.applicants.bodies import register_json_body
 from leasestar.applicants.records import applicant_encoder
 from leasestar.cli import main
 from leasestar.seed.generator import synthetic_applicants
+from tests.json_body import register_json_body
 from tests.strategies import MINIMAL
 
 LEASESTAR = Path(sys.executable).with_name("leasestar")

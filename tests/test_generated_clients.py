@@ -29,8 +29,8 @@ from typing import Any
 import httpx
 import pytest
 
-from leasestar.applicants.bodies import register_json_body
 from tests.client.test_client import ids_ordered, max_change_seq
+from tests.json_body import register_json_body
 from tests.test_hardening import ROOT, Server, copy_database, new_token, serve
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]

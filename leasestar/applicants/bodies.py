@@ -221,23 +221,3 @@ class BodyEncoder:
         )
         self._use(number, dictionary, ratio)
         return True
-
-
-def register_json_body(connection: sqlite3.Connection) -> None:
-    """Give `connection` the SQL function `json_body(body)`: a stored body's JSON, as text.
-
-    For queries by hand and tests (`SELECT json_body(body) FROM applicants`); the API's
-    readers decode in bulk instead.
-    """
-    decoder = BodyDecoder.of(connection)
-
-    def json_body(stored: bytes | str) -> str:
-        if isinstance(stored, str):
-            return stored  # JSON stored by a database from before
-        try:
-            return decoder.decode(stored).decode()
-        except UnknownDictionary:
-            decoder.add(connection.execute(DICTIONARIES).fetchall())
-            return decoder.decode(stored).decode()
-
-    connection.create_function("json_body", 1, json_body, deterministic=True)

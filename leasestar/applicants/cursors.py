@@ -154,13 +154,6 @@ def last_record_start(joined: bytes) -> int:
     return last_record(joined)[0]
 
 
-def key_values(
-    keys: tuple[SortKey, ...], record_json: bytes, change_seq: int | None
-) -> tuple[KeyValue, ...]:
-    """The values of the total-order `keys` for a served record, as stored in SQL."""
-    return sort_key_values(keys, _sort_values_decoder.decode(record_json), change_seq)
-
-
 def sort_key_values(
     keys: tuple[SortKey, ...], record: SortValues, change_seq: int | None
 ) -> tuple[KeyValue, ...]:

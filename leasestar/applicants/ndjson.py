@@ -161,11 +161,6 @@ def parse_applicant(raw: bytes) -> tuple[Applicant, bytes]:
     return record, encoded
 
 
-def parse_line(raw: bytes) -> Applicant:
-    """Validate one NDJSON line into an Applicant (raises RecordError)."""
-    return parse_applicant(raw)[0]
-
-
 def read_lines(stream: IO[bytes]) -> Iterator[tuple[int, bytes | None, int]]:
     """Yield (line number, line, bytes read so far); a line over the size limit is None.
 

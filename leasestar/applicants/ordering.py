@@ -171,16 +171,3 @@ def keyset_ranges(
         return (among_nulls,)
     # `k IS NOT NULL` seeks too: SQLite starts the walk just past the nulls.
     return among_nulls, SqlFragment(f"{column} IS NOT NULL")
-
-
-def build_keyset(
-    keys: tuple[SortKey, ...], values: tuple[KeyValue, ...], *, inclusive: bool = False
-) -> SqlFragment:
-    """`keyset_ranges` as one predicate: exact, but not seekable when it joins two ranges."""
-    ranges = keyset_ranges(keys, values, inclusive=inclusive)
-    if len(ranges) == 1:
-        return ranges[0]
-    return SqlFragment(
-        "(" + " OR ".join(f"({part.sql})" for part in ranges) + ")",
-        tuple(param for part in ranges for param in part.params),
-    )

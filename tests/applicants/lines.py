@@ -9,9 +9,9 @@ import sqlite3
 from datetime import UTC, datetime
 from typing import Any
 
-from leasestar.applicants.bodies import register_json_body
 from leasestar.applicants.ndjson import export_ndjson
 from leasestar.applicants.pipeline import ImportReport, import_ndjson
+from tests.json_body import register_json_body
 
 T0 = 1_735_689_600_000_000  # 2025-01-01T00:00:00Z in microseconds
 T1 = T0 + 86_400_000_000  # a day later

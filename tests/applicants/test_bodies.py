@@ -24,7 +24,7 @@ from hypothesis import HealthCheck, given, settings
 from litestar.testing import AsyncTestClient
 
 from leasestar.applicants import bodies
-from leasestar.applicants.bodies import BodyDecoder, register_json_body
+from leasestar.applicants.bodies import BodyDecoder
 from leasestar.applicants.ndjson import export_ndjson
 from leasestar.applicants.pipeline import import_ndjson, write_records
 from leasestar.applicants.records import Applicant, applicant_encoder
@@ -34,6 +34,7 @@ from leasestar.database import SCHEMA_VERSION, open_for_write
 from leasestar.main import create_app
 from leasestar.seed.generator import synthetic_applicants
 from tests.applicants.test_roundtrip_properties import source_files
+from tests.json_body import register_json_body
 
 NDJSON = "application/x-ndjson"
 BASE = bodies.TRAIN_AFTER + 200  # a database whose first dictionary is trained

@@ -17,8 +17,8 @@ import httpx
 import msgspec
 import pytest
 
-from leasestar.applicants.bodies import register_json_body
 from tests.applicants.conftest import RATE_LIMIT, SCOPE, Server, client_of
+from tests.json_body import register_json_body
 from tests.servers import clean_env
 from tests.test_rate_limit import remaining
 

@@ -19,12 +19,12 @@ from typing import Any
 import pytest
 from litestar.testing import AsyncTestClient
 
-from leasestar.applicants.bodies import register_json_body
 from leasestar.applicants.pipeline import write_records
 from leasestar.applicants.records import Applicant
 from leasestar.config import Settings
 from leasestar.main import create_app
 from tests.contract import LIST_ONLY_FILTERS, META_KEYS, SORTABLE
+from tests.json_body import register_json_body
 
 Client = AsyncTestClient  # type: ignore[type-arg]
 Record = dict[str, Any]

@@ -26,7 +26,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from litestar.testing import AsyncTestClient
 
-from leasestar.applicants.bodies import register_json_body
 from leasestar.applicants.cursors import CursorCodec, CursorState, last_record_start
 from leasestar.applicants.pipeline import write_records
 from leasestar.applicants.records import Applicant, SortKey
@@ -35,6 +34,7 @@ from leasestar.config import Settings
 from leasestar.database import open_for_write
 from leasestar.main import create_app
 from leasestar.seed.generator import synthetic_applicants
+from tests.json_body import register_json_body
 
 Client = AsyncTestClient  # type: ignore[type-arg]
 Record = dict[str, Any]

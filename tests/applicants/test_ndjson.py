@@ -12,8 +12,7 @@ import sqlite3
 
 import pytest
 
-from leasestar.applicants.bodies import register_json_body
-from leasestar.applicants.ndjson import parse_line
+from leasestar.applicants.ndjson import parse_applicant
 from leasestar.applicants.pipeline import (
     write_records,
 )
@@ -22,16 +21,17 @@ from leasestar.seed.generator import synthetic_applicants
 from tests.applicants.lines import (
     exported,
 )
+from tests.json_body import register_json_body
 
-# --- parse_line -----------------------------------------------------------------------
+# --- parse_applicant --------------------------------------------------------------------
 
 
 def test_a_canonical_line_and_a_reordered_one_give_the_same_record() -> None:
     record = next(iter(synthetic_applicants(1, seed=1)))
     canonical = applicant_encoder.encode(record)
     reordered = json.dumps(dict(reversed(list(json.loads(canonical).items())))).encode()
-    assert parse_line(canonical + b"\n") == record
-    assert parse_line(reordered + b"\r\n") == record
+    assert parse_applicant(canonical + b"\n")[0] == record
+    assert parse_applicant(reordered + b"\r\n")[0] == record
 
 
 def test_a_repeated_key_is_refused_wherever_it_is() -> None:
@@ -44,7 +44,7 @@ def test_a_repeated_key_is_refused_wherever_it_is() -> None:
         text.replace('"x_id":', '"x_id":"X","x_id":', 1),
     ):
         with pytest.raises(ValueError, match="key appears more than once"):
-            parse_line(duplicated.encode())
+            parse_applicant(duplicated.encode())
 
 
 # --- export ---------------------------------------------------------------------------

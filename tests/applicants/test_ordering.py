@@ -13,8 +13,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from leasestar.applicants.ordering import (
-    build_keyset,
+    SqlFragment,
     build_order_by,
+    keyset_ranges,
     total_order,
 )
 from leasestar.applicants.query import (
@@ -95,7 +96,12 @@ def test_a_keyset_ignores_the_keys_after_id(
     keys = total_order(
         (SortKey("city", "desc"), SortKey("id", "asc"), SortKey("first_name", "desc"))
     )
-    keyset = build_keyset(keys, (None, "app_1", None), inclusive=inclusive)
+    ranges = keyset_ranges(keys, (None, "app_1", None), inclusive=inclusive)
+    # The ranges as one predicate (the page statement makes each an arm of a UNION ALL).
+    keyset = SqlFragment(
+        "(" + " OR ".join(f"({part.sql})" for part in ranges) + ")",
+        tuple(param for part in ranges for param in part.params),
+    )
     rows = emails_db.execute(
         f"SELECT id FROM applicants WHERE {keyset.sql} {build_order_by(keys)}", keyset.params
     )

@@ -32,8 +32,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from leasestar.applicants import plan as plan_module
-from leasestar.applicants.bodies import register_json_body
-from leasestar.applicants.cursors import KeyValue, key_values
+from leasestar.applicants.cursors import KeyValue
 from leasestar.applicants.ordering import (
     SORTABLE_FIELDS,
     SqlFragment,
@@ -48,6 +47,7 @@ from leasestar.applicants.records import SortKey
 from leasestar.applicants.storage import ApplicantReader
 from leasestar.database import ReadPool, read_uri
 from tests.contract import NULLABLE_SORTABLE
+from tests.json_body import key_values, register_json_body
 
 HOSTILE = "x' OR 1=1 --"
 LIMIT = 10

@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from litestar.testing import AsyncTestClient
 
-from leasestar.applicants.ndjson import parse_line
+from leasestar.applicants.ndjson import parse_applicant
 from leasestar.applicants.pipeline import import_ndjson
 from leasestar.applicants.records import APPLICANT_ID_RULE
 from leasestar.applicants.writer import RecordError
@@ -57,7 +57,7 @@ def line(**fields: Any) -> bytes:
 def refusal(identifier: str) -> str | None:
     """What import says of a line with this id; None when it accepts it."""
     try:
-        parse_line(line(id=identifier))
+        parse_applicant(line(id=identifier))
     except RecordError as error:
         return str(error)
     return None
@@ -94,7 +94,7 @@ def percent_encoded(identifier: str) -> str:
 )
 def test_an_id_outside_the_rule_is_refused_by_name(identifier: str) -> None:
     with pytest.raises(RecordError) as refused:
-        parse_line(line(id=identifier))
+        parse_applicant(line(id=identifier))
     assert str(refused.value) == REFUSED
 
 
@@ -103,7 +103,7 @@ def test_an_id_outside_the_rule_is_refused_by_name(identifier: str) -> None:
     ["a" * 128, "app_0123456789abcdef01234567", "...", ".a", "a..b", "urn:crm:42", "~", "-", "_"],
 )
 def test_ids_within_the_rule_are_accepted(identifier: str) -> None:
-    assert parse_line(line(id=identifier)).id == identifier
+    assert parse_applicant(line(id=identifier))[0].id == identifier
 
 
 @given(

@@ -22,7 +22,6 @@ from hypothesis import HealthCheck, event, given, note, settings
 from hypothesis import strategies as st
 from litestar.testing import AsyncTestClient
 
-from leasestar.applicants.bodies import register_json_body
 from leasestar.applicants.pipeline import write_records
 from leasestar.applicants.records import Applicant
 from leasestar.auth import create_token
@@ -30,6 +29,7 @@ from leasestar.config import Settings
 from leasestar.database import open_for_write
 from leasestar.main import create_app
 from leasestar.seed.generator import synthetic_applicants
+from tests.json_body import register_json_body
 from tests.strategies import INTEGRATIONS, ModelRow, applicant_rows, datasets, serve, text
 
 Client = AsyncTestClient  # type: ignore[type-arg]

@@ -21,7 +21,6 @@ import httpx
 import msgspec
 import pytest
 
-from leasestar.applicants.bodies import register_json_body
 from leasestar.applicants.pipeline import write_records
 from leasestar.client import (
     Applicant,
@@ -34,6 +33,7 @@ from leasestar.client import (
 )
 from leasestar.database import open_for_write
 from leasestar.seed.generator import synthetic_applicants
+from tests.json_body import register_json_body
 from tests.test_hardening import (
     ROOT,
     Server,
