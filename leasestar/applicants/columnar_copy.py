@@ -25,34 +25,24 @@ from typing import Any, Final
 import numpy as np
 import numpy.typing as npt
 
+from leasestar.applicants.resource import APPLICANTS
 from leasestar.database import BUSY_TIMEOUT_MS, read_uri
 
 Array = npt.NDArray[Any]
 KeyValue = int | str | None  # None: SQL NULL, in a nullable coded column
 
-# The instants and sequences a broad filter compares, and the text columns it matches
-# exactly, which are kept as codes (each distinct value numbered as first seen).
-INSTANT_COLUMNS: Final = ("change_seq", "created_at", "updated_at", "last_seen")
-FILTERED_CODES: Final = ("integration_id", "integration_vendor", "property_id", "x_property_id")
-# Kept for orders only, the text fields whose values repeat: the copy finds where a
-# page's matches lie in their order (`MatchCounter.seek`), where a walk of the index read
-# every row to test a filter, and matches bunch (a date of birth follows the created
-# date: 350 ms at 1,000,000 rows for a date window a walk met late), and narrows an
-# order of several keys that no index serves to a group of ties key by key, where
-# SQLite sorted every match (`state,city,zip`: 300-500 ms). Nullable: NULL is the code
-# that sorts first, as SQLite sorts it. Not the unique ones (id, x_id, email_1): a
-# code per row would cost more than the row.
-ORDERED_CODES: Final = (
-    "first_name",
-    "middle_name",
-    "last_name",
-    "date_of_birth",
-    "state",
-    "city",
-    "zip",
-)
-CODED_COLUMNS: Final = FILTERED_CODES + ORDERED_CODES
-COLUMNS: Final = INSTANT_COLUMNS + CODED_COLUMNS
+# The columns copied (`resource.APPLICANTS`): instants and sequences as they are, text
+# columns as codes (each distinct value numbered as first seen). The coded columns kept
+# for orders alone let the copy find where a page's matches lie in their order
+# (`MatchCounter.seek`), where a walk of the index read every row to test a filter and
+# matches bunch (a date of birth follows the created date: 350 ms at 1,000,000 rows for
+# a date window a walk met late), and narrow an order of several keys that no index
+# serves to a group of ties key by key, where SQLite sorted every match
+# (`state,city,zip`: 300-500 ms). Nullable: NULL is the code that sorts first, as
+# SQLite sorts it.
+INSTANT_COLUMNS: Final = APPLICANTS.copy_instants
+CODED_COLUMNS: Final = APPLICANTS.copy_codes
+COLUMNS: Final = APPLICANTS.copy_columns
 # The instants read together (one index of schema.sql holds these three), and apart.
 _PACKED: Final = (("created_at", "updated_at", "last_seen"), ("change_seq",))
 _HEX: Final = "%016x"  # a 64-bit integer (two's complement) as 16 hex digits

@@ -2,22 +2,49 @@
 
 As Datasette's `filters.py` keeps its operators in one list, every filter is one row of
 `FILTERS`: its name (the query parameter, and its key in `ApplicantQuery.filters`), its
-rule, its SQL, its OpenAPI text, whether a sync may use it, and whether it is broad (the
-planner may walk an ordering's index past it, see `plan.py`) or selective (its own index
-always wins). Columns come only from this table; values reach SQL only as bound parameters.
+rule, its SQL, its test on the columnar copy, its OpenAPI text, whether a sync may use
+it, and whether it is broad (the planner may walk an ordering's index past it, see
+`planner.py`) or selective (its own index always wins). Columns come only from this
+table; values reach SQL only as bound parameters.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 from leasestar.applicants.prepared import phone_digits
 from leasestar.errors import InvalidParameter
 from leasestar.instants import INSTANT_RULE, parse_instant
 
 FilterValue = str | int
+
+
+class Within(NamedTuple):
+    """What the columnar copy tests for an instant bound: `low <= column <= high`, either
+    side open (None)."""
+
+    column: str
+    low: int | None
+    high: int | None
+
+
+class Equals(NamedTuple):
+    """What the columnar copy tests for an exact match: `column` holds `value`."""
+
+    column: str
+    value: str
+
+
+class AnyOf(NamedTuple):
+    """What the columnar copy tests for a token's scope: `column` holds one of `values`."""
+
+    column: str
+    values: frozenset[str]
+
+
+CopyTest = Within | Equals | AnyOf
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -36,7 +63,7 @@ class Filter(QueryParameterSpec):
     """Exact match on the column of the same name (a list-route filter by default).
 
     `broad`: matches may be many, so walking an ordering's index past them can beat
-    collecting them (`plan.py`); a selective filter's own index always wins.
+    collecting them (`planner.py`); a selective filter's own index always wins.
     `sync_safe`: a record never changes this field, so a sync may narrow by it.
     `requires`: filters that must be given with this one.
     """
@@ -63,6 +90,10 @@ class Filter(QueryParameterSpec):
         """The SQL condition on `column` (the column, or its planner-hinted form)."""
         return f"{column} = ?", (value,)
 
+    def copy_test(self, value: FilterValue) -> CopyTest:
+        """The same condition on the columnar copy (`match_counter.py`): a broad filter's."""
+        return Equals(self.column, str(value))
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class InstantBound(Filter):
@@ -80,11 +111,13 @@ class InstantBound(Filter):
     )
     example: str | None = "2024-01-01T00:00:00Z"
     list_only: bool = False
+    at_least: bool = field(init=False, default=False)  # `_gte`; else `_lte`
 
     def __post_init__(self) -> None:
         column, _, bound = self.name.rpartition("_")
         side = "at or after" if bound == "gte" else "at or before"
         object.__setattr__(self, "column", column)
+        object.__setattr__(self, "at_least", bound == "gte")
         object.__setattr__(
             self,
             "description",
@@ -99,7 +132,13 @@ class InstantBound(Filter):
             raise InvalidParameter(self.name, text, f"{self.name} must be {INSTANT_RULE}") from None
 
     def where(self, column: str, value: FilterValue) -> tuple[str, tuple[FilterValue, ...]]:
-        return f"{column} {'>=' if self.name.endswith('_gte') else '<='} ?", (value,)
+        return f"{column} {'>=' if self.at_least else '<='} ?", (value,)
+
+    def copy_test(self, value: FilterValue) -> CopyTest:
+        bound = int(value)
+        return (
+            Within(self.column, bound, None) if self.at_least else Within(self.column, None, bound)
+        )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

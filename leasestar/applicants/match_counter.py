@@ -21,9 +21,8 @@ finds their few rows, so SQLite counts them cheaply (`MatchCounter.covers`).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Final, NamedTuple
+from typing import Final, NamedTuple
 
 import numpy as np
 
@@ -36,9 +35,10 @@ from leasestar.applicants.columnar_copy import (
     KeyValue,
     Order,
 )
-from leasestar.applicants.filters import FILTERS, FILTERS_BY_NAME, InstantBound
+from leasestar.applicants.filters import FILTERS_BY_NAME, AnyOf, CopyTest, Equals, Within
 from leasestar.applicants.query import ApplicantQuery
 from leasestar.applicants.records import SortKey
+from leasestar.applicants.resource import APPLICANTS
 
 Scope = frozenset[str] | None
 
@@ -54,11 +54,6 @@ _STEP_SPREAD: Final = 8
 # rowid), walking the order ~17 ms: up to where a walk costs less.
 _CANDIDATES_MOST: Final = 8192
 _CANDIDATES_LOOKED_AT: Final = 1 << 18  # rows of a range tested for them, at most
-
-# A broad filter the copy cannot answer would silently be counted wrong: fail at import.
-for _spec in FILTERS:
-    if _spec.broad and _spec.column not in COLUMNS:
-        raise RuntimeError(f"broad filter {_spec.name} tests {_spec.column}, not in COLUMNS")
 
 
 class Seek(NamedTuple):
@@ -141,23 +136,12 @@ class MatchCounter(ColumnarCopy):
         return cached
 
     def kept_by_each(self, query: ApplicantQuery, scope: Scope) -> dict[str, int]:
-        """For each column the query tests (its filters', the scope's `integration_id`,
-        the sync position's `change_seq`), the rows its conditions alone keep: the one
-        keeping fewest has the index to collect the matches through."""
+        """For each column the query tests (its filters', the scope's, the sync
+        position's `change_seq`), the rows its conditions alone keep."""
         masks: dict[str, Array] = {}
-
-        def narrow(column: str, mask: Array) -> None:
-            masks[column] = masks[column] & mask if column in masks else mask
-
-        for name, value in query.filters:
-            spec = FILTERS_BY_NAME[name]
-            narrow(spec.column, self._present & self._filter_mask(spec.column, name, value))
-        if query.changed_since is not None:
-            narrow(
-                "change_seq", self._present & (self._columns["change_seq"] > query.changed_since)
-            )
-        if scope is not None:
-            narrow("integration_id", self._present & self._any_of("integration_id", scope))
+        for test in copy_tests(query, scope):
+            kept = self._present & self._kept(test)
+            masks[test.column] = masks[test.column] & kept if test.column in masks else kept
         return {column: int(np.count_nonzero(mask)) for column, mask in masks.items()}
 
     def seek(
@@ -248,15 +232,12 @@ class MatchCounter(ColumnarCopy):
         hits = hits[:take]
         first, last = keys[hits[0]], keys[hits[-1]]
         low, high = (first, last) if key.direction == "asc" else (last, first)
-        # Rows in [low, high] before the last key's group, then that group's share: ties
-        # follow the id, which no filter follows, so its matches are spread evenly in it.
         group = np.searchsorted(keys, last, "left"), np.searchsorted(keys, last, "right")
         whole = int(np.searchsorted(keys, high, "right") - np.searchsorted(keys, low, "left"))
         tied = int(group[1] - group[0])
         tied_matches = int(np.count_nonzero(within[rowids[group[0] : group[1]]]))
         needed = take - int(np.count_nonzero(keys[hits] != last))
-        stepped = whole - tied + -(-needed * tied // max(tied_matches, 1))
-        return int(low), int(high), stepped
+        return int(low), int(high), _steps(whole, tied, tied_matches, needed)
 
     def _first_gathered(
         self, key: SortKey, order_of: Order, within: Array, wanted: int
@@ -277,9 +258,7 @@ class MatchCounter(ColumnarCopy):
         self, key: SortKey, order_of: Order, keys: Array, low: int, high: int, take: int
     ) -> int:
         """The rows a walk of `key`'s order confined to [low, high] steps over to reach
-        its `take`-th match: every row before the last value it reaches, then as many of
-        that value's rows as its share of matches needs (ties follow the id, which no
-        filter follows)."""
+        its `take`-th match (`_steps`)."""
         last = high if key.direction == "asc" else low
         whole = self._rows_between(key.field, order_of, low, high)
         tied = self._rows_between(key.field, order_of, last, last)
@@ -288,8 +267,7 @@ class MatchCounter(ColumnarCopy):
             matches_before = int(np.count_nonzero(keys < keys.dtype.type(last)))
         else:
             matches_before = int(np.count_nonzero(keys > keys.dtype.type(last)))
-        needed = take - matches_before
-        return whole - tied + -(-needed * tied // max(tied_matches, 1))
+        return _steps(whole, tied, tied_matches, take - matches_before)
 
     def _order_of(self, column: str) -> Order:
         """How `column` sorts: by the instant itself, or by its code's rank among the
@@ -323,33 +301,44 @@ class MatchCounter(ColumnarCopy):
 
     def _matches(self, query: ApplicantQuery, scope: Scope) -> Array:
         matches = self._present.copy()
-        for name, value in query.filters:
-            matches &= self._filter_mask(FILTERS_BY_NAME[name].column, name, value)
-        if query.changed_since is not None:
-            matches &= self._columns["change_seq"] > query.changed_since
-        if scope is not None:
-            matches &= self._any_of("integration_id", scope)
+        for test in copy_tests(query, scope):
+            matches &= self._kept(test)
         return matches
 
-    def _filter_mask(self, column: str, name: str, value: Any) -> Array:
-        """The rows one broad filter keeps (rows no longer present included)."""
-        values = self._columns[column]
-        spec = FILTERS_BY_NAME[name]
+    def _kept(self, test: CopyTest) -> Array:
+        """The rows one test keeps (rows no longer present included)."""
+        values = self._columns[test.column]
         kept: Array
-        if isinstance(spec, InstantBound):
-            kept = (values >= value) if spec.name.endswith("_gte") else (values <= value)
-        else:
-            kept = values == self._codes[column].of(str(value))
-        return kept
-
-    def _any_of(self, column: str, values: Iterable[str]) -> Array:
-        codes = self._columns[column]
-        found = np.zeros(len(codes), np.bool_)
-        for value in values:
-            code = self._codes[column].of(value)
+        if isinstance(test, Within):
+            # One comparison where one side is open: the common date bound.
+            if test.high is None:
+                kept = values >= test.low
+            elif test.low is None:
+                kept = values <= test.high
+            else:
+                kept = (values >= test.low) & (values <= test.high)
+            return kept
+        codes = self._codes[test.column]
+        if isinstance(test, Equals):
+            kept = values == codes.of(test.value)
+            return kept
+        found = np.zeros(len(values), np.bool_)
+        for value in test.values:
+            code = codes.of(value)
             if code != MISSING:
-                found |= codes == code
+                found |= values == code
         return found
+
+
+def copy_tests(query: ApplicantQuery, scope: Scope) -> tuple[CopyTest, ...]:
+    """What the query asks of the copy: its filters' tests (each row of `FILTERS` says
+    its own), the sync position, the scope."""
+    tests = [FILTERS_BY_NAME[name].copy_test(value) for name, value in query.filters]
+    if query.changed_since is not None:
+        tests.append(Within("change_seq", query.changed_since + 1, None))
+    if scope is not None:
+        tests.append(AnyOf(APPLICANTS.scope_column, scope))
+    return tuple(tests)
 
 
 def _ranged_shape(
@@ -362,31 +351,29 @@ def _ranged_shape(
     low, high = -(2**63), 2**63 - 1
     group: str | None = None
     values: frozenset[str] = frozenset()
-    for name, value in query.filters:
-        spec = FILTERS_BY_NAME[name]
-        if isinstance(spec, InstantBound):
-            if instant not in (None, spec.column):
+    for test in copy_tests(query, scope):
+        if isinstance(test, Within):
+            if instant not in (None, test.column):
                 return None
-            instant = spec.column
-            if spec.name.endswith("_gte"):
-                low = max(low, int(value))
-            else:
-                high = min(high, int(value))
+            instant = test.column
+            low = low if test.low is None else max(low, test.low)
+            high = high if test.high is None else min(high, test.high)
         elif group is None:
-            group, values = spec.column, frozenset({str(value)})
+            group = test.column
+            values = frozenset({test.value}) if isinstance(test, Equals) else test.values
         else:
             return None
-    if query.changed_since is not None:
-        if instant not in (None, "change_seq"):
-            return None
-        instant, low = "change_seq", max(low, query.changed_since + 1)
-    if scope is not None:
-        if group is not None:
-            return None
-        group, values = "integration_id", scope
     if instant is None:
         return None
     return instant, low, high, group, values
+
+
+def _steps(whole: int, tied: int, tied_matches: int, needed: int) -> int:
+    """The rows a walk of a range (`whole` rows) steps over to reach the match it needs:
+    every row before the last value it reaches, then as many of that value's `tied` rows
+    as `needed` of its `tied_matches` take. Ties follow the id, which no filter follows,
+    so the group's matches are spread evenly in it."""
+    return whole - tied + -(-needed * tied // max(tied_matches, 1))
 
 
 def _between(keys: Array, low: int, high: int) -> int:

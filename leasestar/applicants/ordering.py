@@ -13,21 +13,18 @@ from typing import Any, Final
 
 from leasestar.applicants.cursors import KeyValue
 from leasestar.applicants.records import SortKey
-from leasestar.client.records import SORTABLE_FIELDS as SORTABLE_NAMES
+from leasestar.applicants.resource import APPLICANTS
 
 # API field name -> SQL column (the same names): the only identifiers that ever reach
-# ORDER BY. The names are the client's (`leasestar.client.records`), which documents them.
-SORTABLE_FIELDS: Final[Mapping[str, str]] = {name: name for name in SORTABLE_NAMES}
+# ORDER BY. The names are the resource's (`resource.APPLICANTS`).
+SORTABLE_FIELDS: Final[Mapping[str, str]] = {name: name for name in APPLICANTS.sortable}
 # The sync feed's ordering: by change sequence, which is unique (so already total).
 CHANGE_ORDER: Final = (SortKey("change_seq", "asc"),)
 # Columns an ordering may name: the sortable fields, plus change_seq for the sync feed.
 _ORDER_COLUMNS: Final[Mapping[str, str]] = {**SORTABLE_FIELDS, "change_seq": "change_seq"}
-_UNIQUE_KEYS: Final = frozenset({"id", "change_seq"})
-# Columns that are never null (schema.sql): a descending row-value seek is exact only on these.
-_NOT_NULL_KEYS: Final = frozenset(
-    {"id", "change_seq", "created_at", "updated_at", "last_seen", "x_id", "x_property_id"}
-    | {"property_id", "integration_id", "integration_vendor"}
-)
+_UNIQUE_KEYS: Final = APPLICANTS.unique_keys
+# A descending row-value seek is exact only on columns never null.
+_NOT_NULL_KEYS: Final = APPLICANTS.not_null
 
 
 @dataclass(frozen=True, slots=True)

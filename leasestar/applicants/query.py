@@ -2,7 +2,8 @@
 
 `PARAMETERS` is the one source of both the parser's rules and the OpenAPI description,
 so the document cannot drift from the behaviour; its filters are the rows of
-`filters.FILTERS`. Nothing here knows SQL: `plan.py` turns a query into statements.
+`filters.FILTERS`. Nothing here knows SQL: `planner.py` chooses how a query is read,
+`plan.py` writes its statements.
 """
 
 from __future__ import annotations

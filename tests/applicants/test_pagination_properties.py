@@ -15,7 +15,7 @@ from unittest.mock import patch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from leasestar.applicants import plan
+from leasestar.applicants import plan, planner
 from leasestar.applicants.pipeline import write_records
 from leasestar.database import open_for_write
 from tests.strategies import (
@@ -88,7 +88,7 @@ async def test_checkpoint_seeks_serve_the_model_slices(
     moves the checkpoints."""
     with (
         patch.object(plan, "CHECKPOINT_EVERY", every),
-        patch.object(plan, "DEEP_OFFSET", deep),
+        patch.object(planner, "DEEP_OFFSET", deep),
     ):
         async with serve(rows, {"all": ()}) as served:
             client = served.client

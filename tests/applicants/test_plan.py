@@ -26,12 +26,12 @@ from pathlib import Path
 from typing import Any, cast
 from unittest.mock import patch
 
-import msgspec
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from leasestar.applicants import plan as plan_module
+from leasestar.applicants import planner
 from leasestar.applicants.cursors import KeyValue
 from leasestar.applicants.ordering import (
     SORTABLE_FIELDS,
@@ -201,7 +201,7 @@ async def test_a_deep_offset_seeks_from_its_checkpoint(
     rows = ordered_rows(seeded, order)
     with (
         patch.object(plan_module, "CHECKPOINT_EVERY", 7),
-        patch.object(plan_module, "DEEP_OFFSET", 0),
+        patch.object(planner, "DEEP_OFFSET", 0),
     ):
         for offset in range(len(rows)):
             query = ApplicantQuery(limit=LIMIT, order_by=order, offset=offset)
@@ -410,50 +410,3 @@ def test_hostile_values_are_bound_never_written_into_the_sql(name: str, value: s
     # the filter (email_1's twice: its index, then its exact check), and the scope
     assert where.params.count(value) == (3 if name == "email_1" else 2)
     assert where.sql.count("?") == len(where.params)
-
-
-# --- walking or collecting (issue 17.3) -------------------------------------------------
-
-PLANNED = (
-    ApplicantQuery(filters=(("updated_at_gte", 0),)),  # a default-order walk reads no row
-    ApplicantQuery(order_by=parse_order_by("last_name"), filters=(("updated_at_lte", 0),)),
-    ApplicantQuery(offset=500, filters=(("integration_vendor", "YARDI"),)),
-)
-
-
-@given(
-    query=st.sampled_from(PLANNED),
-    scoped=st.booleans(),
-    everything=st.integers(1, 10**7),
-    data=st.data(),
-)
-def test_a_choice_the_spread_cannot_change_is_the_choice_at_every_spread(
-    query: ApplicantQuery, scoped: bool, everything: int, data: st.DataObject
-) -> None:
-    """Whatever rows a walk steps over (at least the wanted matches, at most every
-    non-match besides), a choice made without counting them is the one `walks` makes."""
-    page_plan = plan_module.ListPlan(query, frozenset({"int_a"}) if scoped else None)
-    matches = data.draw(st.integers(0, everything), label="matches")
-    clear = page_plan.walks_whatever_the_spread(matches, everything)
-    if clear is None:
-        return
-    wanted = page_plan.wanted
-    low, high = min(wanted, everything), min(everything, everything - matches + wanted)
-    for stepped in {low, high, data.draw(st.integers(low, max(low, high)), label="stepped")}:
-        assert page_plan.walks(matches, everything, stepped) is clear
-
-
-def test_a_default_order_walk_costs_less_a_row_than_one_reading_rows() -> None:
-    """The default order's index carries both filterable instants (schema.sql)."""
-    bounded = ApplicantQuery(filters=(("last_seen_lte", 0),))
-    by_name = msgspec.structs.replace(bounded, order_by=parse_order_by("last_name"))
-    assert plan_module.walk_row_cost(bounded, None) < plan_module.walk_row_cost(by_name, None)
-    scoped = plan_module.walk_row_cost(bounded, frozenset({"int_a"}))
-    assert scoped == plan_module.walk_row_cost(by_name, None)
-
-
-def test_the_default_orders_index_carries_what_the_plan_says(seeded: sqlite3.Connection) -> None:
-    carried = plan_module.WALK_INDEX_CARRIES["created_at"]
-    columns = [row[2] for row in seeded.execute("PRAGMA index_info(applicants_by_created_at)")]
-    assert columns[0] == "created_at"
-    assert carried <= set(columns)

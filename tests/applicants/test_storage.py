@@ -24,7 +24,7 @@ import msgspec
 import pytest
 from litestar.testing import AsyncTestClient
 
-from leasestar.applicants import match_counter, plan
+from leasestar.applicants import match_counter, planner
 from leasestar.applicants.pipeline import write_records
 from leasestar.applicants.records import Applicant
 from leasestar.applicants.storage import SingleFlight
@@ -282,7 +282,7 @@ async def test_pages_told_where_their_matches_lie_are_the_pages(
     if read_by == "ranges":
         monkeypatch.setattr(match_counter, "_CANDIDATES_MOST", -1)
     else:  # by rowid even where a walk of the range would cost less
-        monkeypatch.setattr(plan, "ROWID_READ_COST", 0)
+        monkeypatch.setattr(planner, "ROWID_READ_COST", 0)
     client, traced = traced_client
     await copy_read(client)
     traced.statements.clear()
