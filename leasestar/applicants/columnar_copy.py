@@ -253,12 +253,12 @@ def read_statements(where: str) -> tuple[list[str], list[str]]:
     packed per row, then per coded column its rowids packed per value."""
     packed = [
         f"SELECT group_concat(printf('{_HEX * (1 + len(columns))}', "
-        f"{', '.join(('rowid', *columns))}), '') FROM applicants {where}"
+        f"{', '.join(('rowid', *columns))}), '') FROM {APPLICANTS.table} {where}"
         for columns in _PACKED
     ]
     grouped = [
         f"SELECT {column}, group_concat(printf('{_HEX}', rowid), '') "
-        f"FROM applicants {where} GROUP BY {'+' if where else ''}{column}"
+        f"FROM {APPLICANTS.table} {where} GROUP BY {'+' if where else ''}{column}"
         for column in CODED_COLUMNS
     ]
     return packed, grouped

@@ -1,22 +1,13 @@
-"""Exact `meta.total` for any combination of the broad filters, without SQLite counting.
+"""Statistics of the broad filters' matches, from the columnar copy (`columnar_copy.py`).
 
-SQLite counts a date range by stepping over every matching index entry (tens of ms at
-1,000,000 rows), and a date range through a token's scope, or a vendor with a date
-bound, by reading every matching row (hundreds of ms, seconds at 1,000,000). Each
-process keeps instead a columnar copy of what the broad filters test (`COLUMNS`: the
-change sequence, the three instants, the four equality columns as small integer
-codes, and seven more codes for orders; 77 bytes a row), indexed by rowid,
-and counts a combination with one vectorized comparison per filter over it: about a
-nanosecond a row, ~1 ms at 1,000,000, whatever the filters, their values, the scope and
-the sync position. Order statistics kept per (column, group) would count in O(log n),
-but need a sorted copy per combination of equality filter, scope and date column, each
-re-sorted after a write; this one structure answers every combination and follows a
-write in O(rows written).
-
-The copy, and how it follows the data version, is `columnar_copy.ColumnarCopy`.
-
-The selective filters (`email_1`, `phone_1`, `x_id`) are not copied: their own index
-finds their few rows, so SQLite counts them cheaply (`MatchCounter.covers`).
+It answers questions and decides nothing (`planner.py` does): how many rows match a
+query, its sync position and a scope (`count`, exact), what each filter keeps alone
+(`kept_by_each`), and where a page's first matches lie in an order (`seek`). Each
+filter's row says what it tests here (`Filter.copy_test`). The selective filters
+(`email_1`, `phone_1`, `x_id`) are not copied: their own index finds their few rows, so
+SQLite counts them cheaply (`MatchCounter.covers`). Why a copy, how fast, and how it
+follows writes: docs/list-planning.md, "Exact totals from a columnar copy" and
+"Seeking to where the matches are".
 """
 
 from __future__ import annotations

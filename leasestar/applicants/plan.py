@@ -12,10 +12,8 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Final
 
-import msgspec
-
 from leasestar.applicants.cursors import KeyValue
-from leasestar.applicants.filters import FILTERS_BY_NAME
+from leasestar.applicants.filters import FILTERS_BY_NAME, FilterValue
 from leasestar.applicants.ordering import (
     SqlFragment,
     build_order_by,
@@ -31,11 +29,13 @@ from leasestar.applicants.planner import (
     Scope,
 )
 from leasestar.applicants.query import MAX_OFFSET, ApplicantQuery
+from leasestar.applicants.resource import APPLICANTS
 
 Anchors = tuple[tuple[KeyValue, ...], ...]
 # A checkpoint's key values (None: none), and the rows to skip after it.
 Start = tuple[tuple[KeyValue, ...] | None, int]
 
+TABLE: Final = APPLICANTS.table
 # Every statement reads the data version with its answer, from the same snapshot.
 VERSION: Final = "(SELECT change_seq FROM sync_state)"
 DATA_VERSION: Final = SqlFragment(f"SELECT {VERSION}")
@@ -60,7 +60,7 @@ EVERYTHING: Final = SqlFragment("")  # the WHERE of every applicant
 def count(where: SqlFragment) -> SqlFragment:
     """(data version, the number of rows `where` matches)."""
     return SqlFragment(
-        f"SELECT {VERSION}, (SELECT count(*) FROM applicants {where.sql})", where.params
+        f"SELECT {VERSION}, (SELECT count(*) FROM {TABLE} {where.sql})", where.params
     )
 
 
@@ -69,7 +69,7 @@ def record(applicant_id: str, query: ApplicantQuery, scope: Scope) -> SqlFragmen
     where = build_where(query, scope)
     condition = f"{where.sql} AND id = ?" if where.sql else "WHERE id = ?"
     return SqlFragment(
-        f"SELECT {VERSION}, (SELECT CAST(body AS BLOB) FROM applicants {condition})",
+        f"SELECT {VERSION}, (SELECT CAST(body AS BLOB) FROM {TABLE} {condition})",
         (*where.params, applicant_id),
     )
 
@@ -79,10 +79,23 @@ def stream(query: ApplicantQuery, scope: Scope) -> SqlFragment:
     (`stream.py`)."""
     where = build_where(query, scope)
     return SqlFragment(
-        f"SELECT CAST(body AS BLOB), change_seq FROM applicants {where.sql} "
+        f"SELECT CAST(body AS BLOB), change_seq FROM {TABLE} {where.sql} "
         f"{build_order_by(query.order_by)}",
         where.params,
     )
+
+
+def matches(query: ApplicantQuery, scope: Scope) -> SqlFragment:
+    """The WHERE of the query's matches: its filters, its sync position, the scope (the
+    counts' and checkpoints' key). Cached by those alone: every page of a query shares it."""
+    return _matches(query.filters, query.changed_since, scope)
+
+
+@lru_cache(maxsize=4096)
+def _matches(
+    filters: tuple[tuple[str, FilterValue], ...], changed_since: int | None, scope: Scope
+) -> SqlFragment:
+    return build_where(ApplicantQuery(filters=filters, changed_since=changed_since), scope)
 
 
 @lru_cache(maxsize=4096)  # pure; the same few query shapes recur on every request
@@ -145,18 +158,18 @@ def build_where(
 def sizes(query: ApplicantQuery, scope: Scope) -> SqlFragment:
     """(data version, matches, every applicant): what a choice without the columnar
     copy weighs (`planner.Sizes`)."""
-    matches = build_where(query, scope)
+    where = matches(query, scope)
     return SqlFragment(
-        f"SELECT {VERSION}, (SELECT count(*) FROM applicants {matches.sql}), "
-        "(SELECT count(*) FROM applicants)",
-        matches.params,
+        f"SELECT {VERSION}, (SELECT count(*) FROM {TABLE} {where.sql}), "
+        f"(SELECT count(*) FROM {TABLE})",
+        where.params,
     )
 
 
 def checkpoint_key(read_plan: ReadPlan) -> tuple[object, ...]:
     """The checkpoints' cache key: the matches and the order."""
-    matches = build_where(read_plan.query, read_plan.scope)
-    return (matches.sql, matches.params, read_plan.query.order_by)
+    where = matches(read_plan.query, read_plan.scope)
+    return (where.sql, where.params, read_plan.query.order_by)
 
 
 def anchors(read_plan: ReadPlan) -> SqlFragment:
@@ -168,7 +181,7 @@ def anchors(read_plan: ReadPlan) -> SqlFragment:
     return SqlFragment(
         f"SELECT {VERSION}, {columns} FROM ("
         f"SELECT {columns}, row_number() OVER ({build_order_by(query.order_by)}) "
-        f"AS position FROM applicants {where.sql}) "
+        f"AS position FROM {TABLE} {where.sql}) "
         f"WHERE (position - 1) % {CHECKPOINT_EVERY} = 0",
         where.params,
     )
@@ -193,12 +206,12 @@ def page_and_count(read_plan: ReadPlan, at: Start | None = None) -> SqlFragment:
     """`page` with the number of matches after the version, in one snapshot (read as
     if the copy had not placed the page: its version is not this snapshot's)."""
     query, scope = read_plan.query, read_plan.scope
-    matches = build_where(query, scope)
+    where = matches(query, scope)
     select = _select(query, scope, read_plan.how.unsought, at)
     return SqlFragment(
-        f"SELECT {VERSION}, (SELECT count(*) FROM applicants {matches.sql}), "
+        f"SELECT {VERSION}, (SELECT count(*) FROM {TABLE} {where.sql}), "
         f"{_page_columns(query)} FROM ({select.sql})",
-        (*matches.params, *select.params),
+        (*where.params, *select.params),
     )
 
 
@@ -236,7 +249,10 @@ def _select(query: ApplicantQuery, scope: Scope, how: How, at: Start | None) -> 
         checkpoint, skip = at
     else:
         checkpoint, skip = None, 0 if query.after is not None else query.offset
-    unkeyed = msgspec.structs.replace(query, after=None)
+    # Only what build_where reads: its cache then serves every page of the query.
+    unkeyed = ApplicantQuery(
+        order_by=query.order_by, filters=query.filters, changed_since=query.changed_since
+    )
     if how.read is Read.ROWIDS:
         # Nothing else to find them by: every filter tested on the rows read (written
         # `+column`), the order's index not walked.
@@ -275,7 +291,7 @@ def _select(query: ApplicantQuery, scope: Scope, how: How, at: Start | None) -> 
 
 def _one_range(where: SqlFragment, order_by: str, limit: int, skip: int) -> SqlFragment:
     return SqlFragment(
-        f"SELECT body, change_seq FROM applicants {where.sql} {order_by} LIMIT ? OFFSET ?",
+        f"SELECT body, change_seq FROM {TABLE} {where.sql} {order_by} LIMIT ? OFFSET ?",
         (*where.params, limit, skip),
     )
 
@@ -292,13 +308,11 @@ def _two_ranges(
     "The page statement"."""
     # change_seq is selected already (and is never null: it never leads two ranges).
     columns = ", ".join(c for c in order_columns(query.order_by) if c != "change_seq")
-    select = f"SELECT body, change_seq, {columns} FROM applicants"
+    select = f"SELECT body, change_seq, {columns} FROM {TABLE}"
     # The second arm wants only what the first leaves of the page (docs/list-planning.md).
     # Bound values are 64-bit: near the largest offset, skip + limit would not fit.
     wanted = min(skip + limit, MAX_OFFSET)
-    still_wanted = (
-        f"max(0, ? - (SELECT count(*) FROM (SELECT 1 FROM applicants {first.sql} LIMIT ?)))"
-    )
+    still_wanted = f"max(0, ? - (SELECT count(*) FROM (SELECT 1 FROM {TABLE} {first.sql} LIMIT ?)))"
     # A compound SELECT's ORDER BY names result columns: never `+column`.
     first_arm = SqlFragment(f"{select} {first.sql}", first.params)
     then_arm = SqlFragment(

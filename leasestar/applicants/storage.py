@@ -228,7 +228,7 @@ class ApplicantReader:
                 self._choices.put(key, how)
                 if how.counted is not None and how.counted_at is not None:
                     # The page's total, at the copy's version: not counted a second time.
-                    matches = plan.build_where(query, scope)
+                    matches = plan.matches(query, scope)
                     self._remember_total(matches, how.counted_at, how.counted)
                 return read_plan
             return ReadPlan(query, scope, how)
@@ -238,7 +238,7 @@ class ApplicantReader:
         return planner.choose(query, scope, stats)
 
     async def _sizes(self, query: ApplicantQuery, scope: Scope) -> Sizes:
-        where = plan.build_where(query, scope)
+        where = plan.matches(query, scope)
         matches = self._latest_total(where)
         everything = self._latest_total(plan.EVERYTHING)
         if matches is None or everything is None:
@@ -273,7 +273,7 @@ class ApplicantReader:
     async def _read_page(self, read_plan: ReadPlan, at: Start | None = None) -> ApplicantPage:
         """The page and its exact total, both at the data version the page was read at."""
         statement = plan.page(read_plan, at)
-        matches = plan.build_where(read_plan.query, read_plan.scope)
+        matches = plan.matches(read_plan.query, read_plan.scope)
         rows = _PageRows(*await self._row(statement))
         total = self._cached_total(matches, rows.version)
         for _ in range(3):
@@ -317,7 +317,7 @@ class ApplicantReader:
         """(data version, matches of the query at that version): from the columnar
         copy, brought to `version` (the page's) if it is behind; else counted."""
         query, scope = read_plan.query, read_plan.scope
-        matches = plan.build_where(query, scope)
+        matches = plan.matches(query, scope)
         if not await self._counts_by_copy(query):
             return await self._count(matches)
         if self._counter.version != version:
