@@ -7,15 +7,19 @@ own answers (the rowids a bound keeps), never read back from the planner.
 from __future__ import annotations
 
 import asyncio
+import json
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
+from unittest import mock
 
 import msgspec
 import pytest
-from hypothesis import given
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+from leasestar.applicants import match_counter, plan
+from leasestar.applicants.bodies import BodyDecoder
 from leasestar.applicants.match_counter import MatchCounter
 from leasestar.applicants.planner import (
     COLLECT_ANY,
@@ -159,3 +163,110 @@ def test_a_default_order_walk_costs_less_a_row_than_one_reading_rows() -> None:
     assert walk_row_cost(bounded, None) < walk_row_cost(by_name, None)
     scoped = walk_row_cost(bounded, frozenset({"int_a"}))
     assert scoped == walk_row_cost(by_name, None)
+
+
+# --- every read plan reads the page SQLite would ------------------------------------------
+
+# Each filter's condition, written here from CONTRACT.md (not from `FILTERS`).
+CONDITIONS = {
+    "updated_at_gte": "updated_at >= ?",
+    "updated_at_lte": "updated_at <= ?",
+    "last_seen_gte": "last_seen >= ?",
+    "last_seen_lte": "last_seen <= ?",
+    "integration_id": "integration_id = ?",
+    "integration_vendor": "integration_vendor = ?",
+    "property_id": "property_id = ?",
+    "x_property_id": "x_property_id = ?",
+}
+ORDERABLE = ("created_at", "updated_at", "last_seen", "property_id", "integration_vendor")
+ORDERABLE += ("last_name", "first_name", "state", "city", "zip", "date_of_birth", "email_1")
+
+
+def contract_order(keys: list[tuple[str, str]]) -> str:
+    """The total order: the keys, then the id in the last key's direction (nulls first
+    ascending, last descending: SQLite's own placement)."""
+    direction = keys[-1][1] if keys else "asc"
+    return ", ".join(f"{field} {way}" for field, way in [*keys, ("id", direction)])
+
+
+@st.composite
+def planned_queries(
+    draw: st.DrawFn, connection: sqlite3.Connection
+) -> tuple[ApplicantQuery, frozenset[str] | None, str, tuple[object, ...]]:
+    """A first page or an offset, its filters drawn from the seed's values, and the
+    WHERE that SQLite answers it by."""
+
+    def values(column: str) -> list[object]:
+        return [row[0] for row in connection.execute(f"SELECT DISTINCT {column} FROM applicants")]
+
+    filters: list[tuple[str, object]] = []
+    for name in CONDITIONS:
+        if draw(st.integers(0, 3)) == 0:
+            column = name.removesuffix("_gte").removesuffix("_lte")
+            filters.append((name, draw(st.sampled_from(sorted(values(column))))))
+    scope = None
+    if draw(st.booleans()):
+        scope = frozenset(
+            draw(st.sets(st.sampled_from(sorted(values("integration_id"))), min_size=1))
+        )
+    fields = draw(st.lists(st.sampled_from(ORDERABLE), max_size=3, unique=True))
+    keys = [(field, draw(st.sampled_from(["asc", "desc"]))) for field in fields]
+    order_by = parse_order_by(",".join(f"{field}:{way}" for field, way in keys))
+    query = ApplicantQuery(
+        offset=draw(st.integers(0, 60)),
+        limit=draw(st.integers(1, 40)),
+        order_by=order_by if keys else (),
+        filters=tuple(filters),  # drawn in FILTERS order, as the parser gives them
+    )
+    conditions = [CONDITIONS[name] for name, _ in filters]
+    params: list[object] = [value for _, value in filters]
+    if scope is not None:
+        conditions.append(f"integration_id IN ({', '.join('?' * len(scope))})")
+        params += sorted(scope)
+    where = f"WHERE {' AND '.join(conditions)}" if conditions else ""
+    return query, scope, f"{where} ORDER BY {contract_order(keys)}", tuple(params)
+
+
+@given(data=st.data(), rowids=st.booleans())
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_every_read_plan_reads_the_page_sqlite_orders(
+    seeded: tuple[Path, sqlite3.Connection],
+    copy: MatchCounter,
+    data: st.DataObject,
+    rowids: bool,
+) -> None:
+    """Whatever `choose` picks (the index, a walk, a collection, a seek, a rowid read),
+    the statement `plan.py` builds from it reads the records SQLite's own ORDER BY puts
+    on that page, and the copy's count while choosing is SQLite's."""
+    connection = seeded[1]
+    query, scope, where_order, params = data.draw(planned_queries(connection), label="query")
+    with mock.patch.object(match_counter, "_CANDIDATES_MOST", 8192 if rowids else -1):
+        needed = stats_needed(query, scope)
+        stats = copy if needed is not Needed.NOTHING and MatchCounter.covers(query) else None
+        if stats is None and needed is Needed.SIZES:
+            everything = connection.execute("SELECT count(*) FROM applicants").fetchone()[0]
+            matching = connection.execute(
+                f"SELECT count(*) FROM applicants {where_order.split(' ORDER BY ')[0]}", params
+            ).fetchone()[0]
+            read_plan = choose(query, scope, Sizes(matching, everything))
+        else:
+            read_plan = choose(query, scope, stats)
+    event(read_plan.how.read.value)
+    statement = plan.page(read_plan)
+    _, returned, stored, lengths, _ = connection.execute(statement.sql, statement.params).fetchone()
+    joined = BodyDecoder.of(connection).decode_joined(stored, lengths)
+    served = [record["id"] for record in json.loads(b"[" + joined + b"]")]
+    expected = [
+        row[0]
+        for row in connection.execute(
+            f"SELECT id FROM applicants {where_order} LIMIT ? OFFSET ?",
+            (*params, query.limit, query.offset),
+        )
+    ]
+    assert served == expected, (read_plan.how, statement.sql)
+    assert returned == len(expected)
+    if read_plan.how.counted is not None:
+        (total,) = connection.execute(
+            f"SELECT count(*) FROM applicants {where_order.split(' ORDER BY ')[0]}", params
+        ).fetchone()
+        assert read_plan.how.counted == total
