@@ -40,7 +40,8 @@ WALK_INDEX_CARRIES: Final = APPLICANTS.walk_index_carries
 # entry, its row read for the sort keys and body, and its share of the sort; ~3-4 us):
 # walking an index and reading each row to test the filters ~0.8 us; walking an index
 # that carries the filtered columns ~0.14 us; reading a match by its rowid and its
-# share of the sort ~1-1.5 us (docs/list-planning.md, "Walking an ordering's index").
+# share of the sort ~1-1.5 us (docs/list-planning.md, "Walking an ordering's index, or
+# collecting the matches").
 WALK_READING_ROWS_COST: Final = 0.25
 WALK_INDEX_ONLY_COST: Final = 0.04
 ROWID_READ_COST: Final = 0.4
