@@ -28,6 +28,7 @@ from leasestar.auth import create_token
 from leasestar.database import open_for_write
 from leasestar.replica.litestream import find_litestream
 from leasestar.replica.status import ReplicaStatus, health_of
+from tests.servers import children
 from tests.test_e2e import clean_env, free_port, stop
 
 pytestmark = [
@@ -481,19 +482,6 @@ def test_lag_is_how_long_the_store_has_held_more() -> None:
 
 
 # --- faults ------------------------------------------------------------------------------
-
-
-def children(pid: int) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                fields = (entry / "stat").read_text().rpartition(")")[2].split()
-            except OSError:
-                continue
-            if int(fields[1]) == pid:
-                found.append(int(entry.name))
-    return found
 
 
 def test_a_replica_killed_while_applying_restarts_and_catches_up(topology: Topology) -> None:
