@@ -215,7 +215,7 @@ def test_files_made_at_once_by_many_processes_are_one_file_made_once(tmp_path: P
     """Processes that each find no file publish theirs whole under the path; all but one
     find another's there first and count in it: one budget, counted exactly."""
     path = tmp_path / "db-ratelimit"
-    with multiprocessing.get_context("fork").Pool(PROCESSES) as pool:
+    with multiprocessing.get_context("spawn").Pool(PROCESSES) as pool:
         counts = pool.starmap(_count_many, [(str(path), "token", 20, EXACT_BUDGET)] * PROCESSES)
     assert sorted(itertools.chain.from_iterable(counts)) == list(range(1, 20 * PROCESSES + 1))
     assert [p.name for p in tmp_path.iterdir()] == ["db-ratelimit"]  # no file left making

@@ -30,6 +30,7 @@ from leasestar.replica.litestream import find_litestream
 from leasestar.replica.status import ReplicaStatus, health_of
 from tests.servers import children
 from tests.test_e2e import clean_env, free_port, stop
+from tests.webhooks.receiver import receiving
 
 pytestmark = [
     pytest.mark.e2e,
@@ -144,7 +145,8 @@ def start_serving(node: Node, *args: str) -> None:
                 f"127.0.0.1:{node.metrics_port}",
                 *args,
             ],
-            env=clean_env(),
+            # Loopback receivers allowed on every node: a replica that sent would be seen.
+            env=clean_env(LEASESTAR_WEBHOOK_ALLOW_PRIVATE="on"),
             stdout=log,
             stderr=subprocess.STDOUT,
         )
@@ -432,6 +434,36 @@ def test_tokens_and_revocations_reach_every_replica(topology: Topology) -> None:
             lambda r=replica: get(r, "/v1/applicants?limit=1", late).status_code == 401,
             f"the revocation on {replica.name}",
         )
+
+
+def test_only_the_primary_sends_webhooks(topology: Topology) -> None:
+    """The subscription and its events reach the replicas with the rest of the database,
+    and every node could reach the receiver; each event still arrives once, from the
+    primary (issue 28: on a replica never)."""
+    primary = topology.primary
+    with receiving() as receiver:
+        made = run("webhook", "create", "--db", primary.database, "--url", receiver.url,
+                   "--event", "DATA_NEW", "--signing", "standard")  # fmt: skip
+        subscription_id = made.stdout.split()[1]  # "webhook whk_... -> URL (...)"
+        assert subscription_id.startswith("whk_"), made.stdout
+        try:
+            before = change_seq(primary.database)
+            seeding = start_seeding(primary.database, 20, 4242)
+            assert seeding.wait(timeout=120) == 0
+            receiver.wait_for_count(20)
+            wait_all_caught_up(topology)
+            for replica in topology.replicas:  # they hold the subscription and its events
+                with sqlite3.connect(replica.database) as held:
+                    events = held.execute(
+                        "SELECT count(*) FROM webhook_events WHERE change_seq > ?", (before,)
+                    ).fetchone()[0]
+                assert events == 20, replica.name
+            time.sleep(3)  # a replica that sent would have within a second of catching up
+        finally:
+            run("webhook", "revoke", "--db", primary.database, subscription_id)
+        ids = [request.headers["webhook-id"] for request in receiver.received]
+    assert len(ids) == 20
+    assert len(set(ids)) == 20
 
 
 def test_health_and_metrics_report_the_lag(topology: Topology) -> None:
