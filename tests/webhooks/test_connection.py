@@ -4,12 +4,15 @@ byte as each test writes: kept alive, answers of every framing, and what it refu
 from __future__ import annotations
 
 import asyncio
+import ssl
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
 import pytest
+import trustme
 
+from leasestar.webhooks import connection as connection_module
 from leasestar.webhooks.connection import (
     ANSWER_BYTES,
     BrokenAnswer,
@@ -44,7 +47,9 @@ async def _read_request(reader: asyncio.StreamReader) -> bytes | None:
 
 
 @asynccontextmanager
-async def raw_server(script: Script) -> AsyncIterator[RawServer]:
+async def raw_server(
+    script: Script, tls: ssl.SSLContext | None = None, host: str = "127.0.0.1"
+) -> AsyncIterator[RawServer]:
     server = RawServer()
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -62,8 +67,9 @@ async def raw_server(script: Script) -> AsyncIterator[RawServer]:
         finally:
             writer.close()
 
-    listening = await asyncio.start_server(handle, "127.0.0.1", 0)
-    server.url = f"http://127.0.0.1:{listening.sockets[0].getsockname()[1]}/hook?x=1"
+    listening = await asyncio.start_server(handle, "127.0.0.1", 0, ssl=tls)
+    port = listening.sockets[0].getsockname()[1]
+    server.url = f"{'https' if tls else 'http'}://{host}:{port}/hook?x=1"
     try:
         yield server
     finally:
@@ -164,6 +170,42 @@ async def test_a_loopback_receiver_is_refused_before_a_byte_is_sent() -> None:
         with pytest.raises(RefusedAddress, match=r"refused: 127\.0\.0\.1 is a loopback"):
             await post(connection, server.url)
         await asyncio.sleep(0.05)  # had anything been sent, the server would have read it
+    assert server.requests == []
+
+
+@pytest.fixture
+def authority() -> trustme.CA:
+    return trustme.CA()
+
+
+def serving_tls(authority: trustme.CA) -> ssl.SSLContext:
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    authority.issue_cert("localhost").configure_cert(context)
+    return context
+
+
+async def test_https_is_verified_and_kept_alive(
+    authority: trustme.CA, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    trusting = ssl.create_default_context()
+    authority.configure_trust(trusting)
+    monkeypatch.setattr(connection_module, "_tls_context", lambda: trusting)
+    async with raw_server(lambda n: OK, serving_tls(authority), "localhost") as server:
+        connection = ReceiverConnection(allow_private=True)
+        for _ in range(3):
+            assert await post(connection, server.url) == (200, "ok")
+        connection.close()
+    assert server.connections == 1
+    assert server.requests[0].startswith(b"POST /hook?x=1 HTTP/1.1\r\nhost: localhost:")
+
+
+async def test_a_certificate_from_an_unknown_authority_is_refused_unsent(
+    authority: trustme.CA,
+) -> None:
+    async with raw_server(lambda n: OK, serving_tls(authority), "localhost") as server:
+        connection = ReceiverConnection(allow_private=True)
+        with pytest.raises(ssl.SSLCertVerificationError):
+            await post(connection, server.url)
     assert server.requests == []
 
 
