@@ -116,22 +116,27 @@ async def test_a_chunked_answer_is_read_whole_with_its_retry_after_and_kept_aliv
     assert server.connections == 1
 
 
-async def test_an_answer_ended_by_closing_is_read_to_the_close() -> None:
-    unframed = b"HTTP/1.1 500 Oops\r\nconnection: close\r\n\r\nit broke"
-    async with raw_server(lambda n: unframed if n == 0 else OK) as server:
-        connection = ReceiverConnection(allow_private=True)
-        assert await post(connection, server.url) == (500, "it broke")
-        assert await post(connection, server.url) == (200, "ok")
-        connection.close()
-    assert server.connections == 2
+BIG = b"x" * (200 * 1024)
 
 
-async def test_of_a_large_answer_the_first_kib_is_kept_and_the_connection_dropped() -> None:
-    big = b"x" * (200 * 1024)
-    large = b"HTTP/1.1 400 No\r\ncontent-length: %d\r\n\r\n%s" % (len(big), big)
-    async with raw_server(lambda n: large if n == 0 else OK) as server:
+@pytest.mark.parametrize(
+    ("first", "read"),
+    [
+        # framed by the connection's end: read to the close
+        (b"HTTP/1.1 500 Oops\r\nconnection: close\r\n\r\nit broke", (500, "it broke")),
+        # too large to read to its end: the first KiB kept, the connection dropped
+        (
+            b"HTTP/1.1 400 No\r\ncontent-length: %d\r\n\r\n%s" % (len(BIG), BIG),
+            (400, "x" * ANSWER_BYTES),
+        ),
+    ],
+)
+async def test_an_answer_that_ends_its_connection_is_read_and_the_next_gets_a_new_one(
+    first: bytes, read: tuple[int, str]
+) -> None:
+    async with raw_server(lambda n: first if n == 0 else OK) as server:
         connection = ReceiverConnection(allow_private=True)
-        assert await post(connection, server.url) == (400, "x" * ANSWER_BYTES)
+        assert await post(connection, server.url) == read
         assert await post(connection, server.url) == (200, "ok")
         connection.close()
     assert server.connections == 2
