@@ -11,10 +11,12 @@ takes to notice; the file lock needs neither. Replicas never start one (main.py)
 Each subscription has its own task and connection, so a slow or dead receiver only
 ever delays itself. Within a subscription events go one at a time in change order: an
 event is retried until it is delivered or given up (retries.py) before the next is
-sent, as a receiver applying changes needs them. One request in flight is enough for
-the rate a receiver can take: against a loopback receiver a subscription delivers a few
-thousand events a second (benchmarks/webhooks.py), so a window of requests in flight,
-and the weaker order it would promise, would buy nothing a receiver could use.
+sent, as a receiver applying changes needs them. One request in flight is enough:
+against a loopback receiver that answers at once, one subscription alone delivers
+~3,000 events a second, and three ~900-1,300 each (they share the worker's core; the
+webhooks section of benchmarks/RESULTS.md). A window of requests in flight would weaken
+the order a receiver is promised (a later event arriving while an earlier one waits for
+its retry) to win time the loop spends on other subscriptions and requests anyway.
 
 What an event costs the sender is kept to its POST: events are read in batches of
 BATCH, their bodies built on the same thread call as the read, the attempts and cursors
