@@ -250,6 +250,7 @@ class Delivered:
     """Per event (change sequence), the first attempt's arrival at each receiver."""
 
     latencies: list[float] = field(default_factory=list)  # commit to first attempt, s
+    arrivals: list[float] = field(default_factory=list)  # each first attempt's
     last: float = 0.0  # the last first attempt's arrival
     deliveries: int = 0  # first attempts, all receivers
     duplicates: int = 0  # attempts after the first
@@ -271,6 +272,7 @@ def delivered(
             raise RuntimeError(f"receiver {index}: {len(first)} of {events} events")
         for seq, arrived in first.items():
             found.latencies.append(arrived - watch.committed_at(seq))
+            found.arrivals.append(arrived)
         found.last = max(found.last, *first.values())
         found.deliveries += len(first)
     return found
@@ -317,6 +319,7 @@ class Run:
     import_on: tuple[float, float] = (0.0, 0.0)
     burst: Delivered = field(default_factory=Delivered)
     burst_seconds: float = 0.0  # commit to the last first attempt
+    wrk_ended: float = 0.0  # the last slice while delivering (time.time())
     steady: Delivered = field(default_factory=Delivered)
     steady_lag: float = 0.0  # the last steady commit to its last first attempt
     steady_import_p50: float = 0.0
@@ -393,6 +396,7 @@ def main() -> None:
             if not pending(receivers, expected):
                 run.delivering.slices.pop()  # it ended within the slice: not all delivering
                 break
+        run.wrk_ended = time.time()
         wait_delivered(receivers, expected, "import B")
         run.burst = delivered(receivers, watch, before, through, args.changed)
         run.burst_seconds = run.burst.last - watch.committed_at(through)
@@ -440,6 +444,11 @@ def render(args: argparse.Namespace, run: Run) -> str:
             f"{len(run.delivering.slices) if run.delivering else 0} slices)"
         )
     burst, steady = run.burst, run.steady
+    after = [arrived for arrived in burst.arrivals if arrived > run.wrk_ended]
+    unloaded = "- (delivered before wrk stopped)"
+    if len(after) > 1:
+        rate = len(after) / (max(after) - run.wrk_ended)
+        unloaded = f"{rate:,.0f} ({rate / len(SIGNING):,.0f} per subscription)"
     ms = 1000
     rows = [
         ("import, webhooks off", f"{off:.1f} s ({off_cpu:.1f} s CPU)", "mean of "
@@ -451,6 +460,8 @@ def render(args: argparse.Namespace, run: Run) -> str:
          f"{burst.deliveries:,} first attempts, {burst.duplicates} repeated"),
         ("burst: deliveries a second", f"{burst.deliveries / run.burst_seconds:,.0f}",
          f"{burst.deliveries / run.burst_seconds / len(SIGNING):,.0f} per subscription"),
+        ("burst: deliveries a second once wrk stopped", unloaded,
+         "the server delivering and nothing else"),
         ("burst: commit to first attempt, p50 / p99",
          f"{percentile(burst.latencies, 0.5):.1f} / {percentile(burst.latencies, 0.99):.1f} s",
          "the import's events queue behind each other"),
