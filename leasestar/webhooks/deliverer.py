@@ -12,11 +12,13 @@ Each subscription has its own task and connection, so a slow or dead receiver on
 ever delays itself. Within a subscription events go one at a time in change order: an
 event is retried until it is delivered or given up (retries.py) before the next is
 sent, as a receiver applying changes needs them. One request in flight is enough:
-against a loopback receiver that answers at once, one subscription alone delivers
-~3,000 events a second, and three ~900-1,300 each (they share the worker's core; the
-webhooks section of benchmarks/RESULTS.md). A window of requests in flight would weaken
-the order a receiver is promised (a later event arriving while an earlier one waits for
-its retry) to win time the loop spends on other subscriptions and requests anyway.
+against loopback receivers that answer at once, three subscriptions delivered ~2,400
+events a second each from an otherwise idle server, sharing its core (the webhooks
+section of benchmarks/RESULTS.md): there the core is the limit, which a window of
+requests in flight would not move. A receiver far away gets one event per round trip
+(20 a second at 50 ms); a window would raise that, but weaken the order a receiver is
+promised (a later event arriving while an earlier one waits for its retry), so it waits
+for a receiver that needs it.
 
 What an event costs the sender is kept to its POST: events are read in batches of
 BATCH, their bodies built on the same thread call as the read, the attempts and cursors
