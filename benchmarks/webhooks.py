@@ -13,9 +13,10 @@ served by `leasestar serve` pinned to the server core; the receivers
    off: no subscription, so no event is recorded;
 3. three subscriptions (two `standard`, one `propexo`), then import B (the same records
    changed again): its time against step 2's and step 7's, the webhooks-off imports;
-4. from B's commit, wrk slices while the server delivers (a slice that ended after the
-   last delivery is not kept), until every receiver has every event: commit to last
-   delivered, deliveries a second, commit-to-first-attempt per event;
+4. from B's commit, at most `--delivering-slices` wrk slices while the server delivers
+   (a slice that ended after the last delivery is not kept), then unloaded until every
+   receiver has every event: commit to last delivered, deliveries a second (over the
+   burst, and once wrk stopped), commit-to-first-attempt per event;
 5. list req/s idle again;
 6. steady phase: `--steady-rows` changed records imported every second for
    `--steady-seconds` (in this process), each commit's events timed from that commit
