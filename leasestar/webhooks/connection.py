@@ -214,7 +214,8 @@ class ReceiverConnection:
                 if len(kept) < ANSWER_BYTES:
                     kept += chunk[: ANSWER_BYTES - len(kept)]
                 if read > DRAIN_BYTES:
-                    answer.close()  # not worth reading to the end to keep the connection
+                    # Not worth reading to the end to keep the connection: aiohttp closes
+                    # one whose answer is released unread instead of keeping it.
                     break
             text = bytes(kept).decode("utf-8", "replace")
             return Answer(answer.status, text, answer.headers.get("retry-after"))
