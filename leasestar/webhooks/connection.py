@@ -1,10 +1,11 @@
 """One subscription's connection to its receiver: aiohttp's client, a POST at a time, kept
 alive.
 
-aiohttp rather than httpx or a client of our own: a delivery to a loopback receiver cost
-1.8 ms of CPU through httpx's client, transport and anyio layers, ~0.2 ms through aiohttp,
-as little as through the HTTP/1.1 client this module held before, which had to be kept
-by us (benchmarks/RESULTS.md, "Webhooks"; README "Webhooks").
+aiohttp rather than httpx or a client of our own. Against a loopback receiver in another
+process a POST cost the sender 0.22 ms of CPU through aiohttp, 0.93 ms through httpx's
+client, transport and anyio layers, and 0.064 ms through the HTTP/1.1 client on asyncio
+streams and httptools this module held before: 242 lines of framing, keep-alive, TLS and
+retry handling for us to keep correct, which aiohttp's maintainers keep instead.
 
 What it keeps of the sender's promises (deliverer.py):
 - no connection is made to a loopback, private or link-local address (`RefusedAddress`):
