@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 
 from leasestar.database import open_for_write
+from leasestar.webhooks.connection import refused
 from leasestar.webhooks.deliverer import (
     Deliverer,
     _try_lock,
     lock_path,
-    refused,
     run_deliverer,
 )
 from leasestar.webhooks.retries import RetryPolicy
