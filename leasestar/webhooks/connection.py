@@ -65,18 +65,16 @@ class RefusedAddress(Exception):
 
 
 def refused(address: str) -> bool:
-    """Whether a peer address is off limits (an IPv4 address mapped in IPv6 as itself)."""
+    """Whether a peer address is off limits: anything not globally reachable (private,
+    loopback, link-local, carrier-grade NAT's 100.64.0.0/10, where a cloud's metadata
+    service may be, reserved, unspecified) or multicast; an IPv4 address inside IPv6
+    (mapped, 6to4, Teredo) judged as itself."""
     ip = ipaddress.ip_address(address.split("%", 1)[0])
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
-    return (
-        ip.is_private
-        or ip.is_loopback
-        or ip.is_link_local
-        or ip.is_multicast
-        or ip.is_unspecified
-        or ip.is_reserved
-    )
+    if isinstance(ip, ipaddress.IPv6Address):
+        inner = ip.ipv4_mapped or ip.sixtofour or (ip.teredo[1] if ip.teredo else None)
+        if inner is not None:
+            ip = inner
+    return not ip.is_global or ip.is_multicast
 
 
 def _check_address_in(url: URL) -> None:
