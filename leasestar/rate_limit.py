@@ -59,6 +59,7 @@ import logging
 import math
 import os
 import struct
+import tempfile
 import time
 from pathlib import Path
 from typing import Any, Final
@@ -90,6 +91,7 @@ _KEYS_KEPT: Final = 4096  # keys whose digest, slot and lease are remembered
 _LEASE_PER_BUDGET: Final = 256  # a lease of one request per this much of the budget
 _LEASE_MOST: Final = 16
 _FOREIGN: Final = "is not a leasestar rate-limit file"
+_OPEN_TRIES: Final = 3  # a file made and deleted by others between our tries, at most
 
 
 def counter_path(db_path: Path) -> Path:
@@ -192,7 +194,7 @@ class WindowCounter:
         """A descriptor of the file at the path, its table ready, and whether this call
         created the file."""
         try:
-            while True:
+            for _ in range(_OPEN_TRIES):
                 try:
                     fd, created = os.open(self._path, os.O_RDWR | os.O_CLOEXEC), False
                     break
@@ -202,6 +204,11 @@ class WindowCounter:
                         fd, created = published, True
                         break
                     # Another worker published one first: open that.
+            else:  # (a name that exists yet opens nothing: a link to a missing file)
+                raise DatabaseError(
+                    f"cannot use the rate-limit file {self._path}: it is a link to a file "
+                    "that does not exist"
+                )
         except OSError as error:
             raise DatabaseError(
                 f"cannot use the rate-limit file {self._path}: {error.strerror}"
@@ -221,13 +228,13 @@ class WindowCounter:
         """A new file with its table, put at the path only once whole (None: a file was
         there first).
 
-        Made under a name of this process's and linked to the path, so no worker ever
+        Made under a name of its own (`mkstemp`) and linked to the path, so no worker ever
         opens a file another is still filling: at the path, a file shorter than a table
         has been cut (an empty one counted as just made, and quietly filled, let a
         worker starting late clear a file cut under the others without a word).
         """
-        making = self._path.with_name(f".{self._path.name}.{os.getpid()}")
-        fd = os.open(making, os.O_RDWR | os.O_CLOEXEC | os.O_CREAT | os.O_TRUNC, 0o600)
+        fd, name = tempfile.mkstemp(dir=self._path.parent, prefix=f".{self._path.name}.")
+        making = Path(name)
         try:
             os.ftruncate(fd, _SIZE)
             os.pwrite(fd, _MAGIC, 0)
