@@ -150,6 +150,12 @@ def _probe(table: bytes, digest: bytes, now: int) -> tuple[int | None, int | Non
     return None, reusable
 
 
+def _write_empty_table(fd: int) -> None:
+    """Give an empty file the counter's magic and 4,096 free slots (zeros)."""
+    os.ftruncate(fd, _SIZE)
+    os.pwrite(fd, _MAGIC, 0)
+
+
 def _make_whole(fd: int) -> str | None:
     """Clear the file if it is not a whole table (the lock is held): how it was found
     then, else None (whole: another worker may have cleared it first)."""
@@ -157,8 +163,7 @@ def _make_whole(fd: int) -> str | None:
     if size == _SIZE and os.pread(fd, len(_MAGIC), 0) == _MAGIC:
         return None
     os.ftruncate(fd, 0)
-    os.ftruncate(fd, _SIZE)
-    os.pwrite(fd, _MAGIC, 0)
+    _write_empty_table(fd)
     return f"cut to {size:,} of its {_SIZE:,} bytes" if size < _SIZE else "overwritten"
 
 
@@ -236,8 +241,7 @@ class WindowCounter:
         fd, name = tempfile.mkstemp(dir=self._path.parent, prefix=f".{self._path.name}.")
         making = Path(name)
         try:
-            os.ftruncate(fd, _SIZE)
-            os.pwrite(fd, _MAGIC, 0)
+            _write_empty_table(fd)
             os.link(making, self._path)
         except BaseException as error:
             os.close(fd)
@@ -257,8 +261,7 @@ class WindowCounter:
                 return _make_whole(fd)
             size = os.fstat(fd).st_size
             if size == 0:  # (left by a start that died, or by a version before this one)
-                os.ftruncate(fd, _SIZE)
-                os.pwrite(fd, _MAGIC, 0)
+                _write_empty_table(fd)
                 return None
             if size != _SIZE or os.pread(fd, len(_MAGIC), 0) != _MAGIC:
                 raise DatabaseError(
@@ -292,8 +295,7 @@ class WindowCounter:
     def _count_in_memory(self, reason: str) -> None:
         # A file of the worker's own, that no other program can reach to cut or lock.
         fd = os.memfd_create("leasestar-ratelimit", os.MFD_CLOEXEC)
-        os.ftruncate(fd, _SIZE)
-        os.pwrite(fd, _MAGIC, 0)
+        _write_empty_table(fd)
         self._use(fd, in_memory=True)
         logger.warning(
             "%s: this worker process counts the rate limit in its own memory until the file "

@@ -134,7 +134,7 @@ def serve_in_fork(serve: Callable[[], int]) -> int:
                 return 128 + killed_by
             name_death(dead, killed_by)
             quick = time.monotonic() - started < QUICK_DEATH_SECONDS
-            pause = min(max(2 * pause, FIRST_PAUSE_SECONDS), MOST_PAUSE_SECONDS) if quick else 0
+            pause = min(max(2 * pause, FIRST_PAUSE_SECONDS), MOST_PAUSE_SECONDS) if quick else 0.0
             resume = time.monotonic() + pause
             while not stopping.is_set() and time.monotonic() < resume:
                 time.sleep(0.05)
