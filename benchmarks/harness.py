@@ -239,6 +239,18 @@ def rss_kib(pid: int) -> int:
     raise RuntimeError(f"no VmRSS for {pid}")
 
 
+def serving_pid(pid: int) -> int:
+    """The process that serves: `pid` itself, or the one worker `leasestar serve --workers
+    1` forks and only waits for (leasestar/supervision.py), whose memory and CPU are the
+    server's."""
+    forked = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError):  # (a process that ended meanwhile)
+            if stat.read_text().rpartition(")")[2].split()[1] == str(pid):
+                forked.append(int(stat.parent.name))
+    return forked[0] if len(forked) == 1 else pid
+
+
 def cpu_seconds(pid: int) -> float:
     """The process's CPU time so far, every thread's (utime + stime)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
@@ -313,7 +325,8 @@ def server(
     """Start a server pinned to `core` on a free port (`{port}` in `command`), wait for
     `health` to answer 200, and stop it with `stop` on the way out.
 
-    taskset execs the server, so the pid is the server's own. Its output goes to
+    taskset execs the server, so the pid is the server's own (or its one worker's:
+    `serving_pid`). Its output goes to
     `WORK/server-NAME.log` (the last run's, for a failed start).
     """
     port = free_port()
@@ -339,6 +352,7 @@ def server(
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"{name} server did not answer within 120 s; see {log_path}")
                 time.sleep(0.2)
+            running.pid = serving_pid(process.pid)
             yield running
         finally:
             if process.poll() is None:

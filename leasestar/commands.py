@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import errno
-import logging
 import os
 import signal
 import socket
@@ -37,11 +36,11 @@ from leasestar.database import open_for_write, read_uri
 from leasestar.log_lines import install_formatter
 from leasestar.rate_limit import WindowCounter, counter_path
 from leasestar.replica.layout import refuse_writes, replica_of
+from leasestar.supervision import naming_supervisor, serve_in_fork
 from leasestar.webhooks.retries import RetryPolicy, RetrySettingsError
 
 if TYPE_CHECKING:
     import uvicorn  # imported when serving: the other commands do without it
-    from uvicorn.supervisors import Multiprocess
 
 DEMO_RECORDS: Final = 1000
 
@@ -221,12 +220,12 @@ def _serve_replica(args: argparse.Namespace, path: Path) -> int:
     follower.prepare()
     follower.start()
     try:
-        return _run_server(args, path)
+        return _run_server(args, path, threads_running=True)
     finally:
         follower.stop()
 
 
-def _run_server(args: argparse.Namespace, path: Path) -> int:
+def _run_server(args: argparse.Namespace, path: Path, *, threads_running: bool = False) -> int:
     import uvicorn
 
     # The app factory and the connection protocol (leasestar/protocol.py) read their
@@ -274,52 +273,29 @@ def _run_server(args: argparse.Namespace, path: Path) -> int:
     # one uvicorn restores before raising it: a drained server exits 0, as it does with
     # --workers > 1 (and a SIGTERM that comes before uvicorn listens exits 0 at once).
     signal.signal(signal.SIGTERM, _exit_cleanly)
-    return run_server(config, listeners)
+    return run_server(config, listeners, threads_running=threads_running)
 
 
-def run_server(config: uvicorn.Config, listeners: Sequence[ListenAddress]) -> int:
-    """Serve `config`'s app on every listener, in `config.workers` processes; the exit status."""
+def run_server(
+    config: uvicorn.Config, listeners: Sequence[ListenAddress], *, threads_running: bool = False
+) -> int:
+    """Serve `config`'s app on every listener, in `config.workers` worker processes under a
+    parent that replaces one a signal kills (leasestar/supervision.py); the exit status.
+    With `threads_running` (a replica's follower) no worker is forked from this process."""
     import uvicorn
     from uvicorn.supervisors import Multiprocess
 
     sockets = [_listen(address) for address in listeners]
-    if config.workers > 1:
-        _naming_supervisor(Multiprocess)(config, sockets=sockets).run()
+    if config.workers > 1 or threads_running:
+        naming_supervisor(Multiprocess)(config, sockets=sockets).run()
         return 0
-    server = uvicorn.Server(config)
-    server.run(sockets=sockets)
-    return 0 if server.started else 1
 
+    def serve_one() -> int:
+        server = uvicorn.Server(config)
+        server.run(sockets=sockets)
+        return 0 if server.started else 1
 
-def _naming_supervisor(supervisor: type[Multiprocess]) -> type[Multiprocess]:
-    """uvicorn's supervisor, saying which signal killed a worker it starts again: its own
-    line (`Child process [PID] died`) does not, and a worker killed by SIGBUS, its
-    database's -shm cut while serving (database.py, `ReadPool`), left nothing else."""
-
-    class NamingSupervisor(supervisor):  # type: ignore[valid-type,misc]
-        def keep_subprocess_alive(self) -> None:
-            if not self.should_exit.is_set():
-                for worker in self.processes:
-                    # (None while it runs; does not wait.) A dead worker is replaced
-                    # below, in this same call: it is named once.
-                    code = worker.process.exitcode
-                    if code is not None and code < 0:
-                        _supervisor_logger.error(
-                            "worker process [%d] was killed by %s%s; starting another",
-                            worker.pid,
-                            signal.Signals(-code).name,
-                            _SIGBUS_CAUSE if -code == signal.SIGBUS else "",
-                        )
-            super().keep_subprocess_alive()
-
-    return NamingSupervisor
-
-
-_SIGBUS_CAUSE: Final = (
-    " (a file it had mapped was cut short: the database's -shm, SQLite's WAL index, or "
-    "the database itself)"
-)
-_supervisor_logger = logging.getLogger("uvicorn.error")
+    return serve_in_fork(serve_one)
 
 
 def _listen(address: ListenAddress) -> socket.socket:

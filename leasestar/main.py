@@ -35,6 +35,7 @@ from leasestar.rate_limit import SharedRateLimitMiddleware, TokenLimits, counter
 from leasestar.replica.layout import ReplicaLayout
 from leasestar.replica.status import ReplicaMetrics
 from leasestar.service import DatabaseFile, ServiceController
+from leasestar.supervision import die_with_supervisor
 from leasestar.webhooks.deliverer import Deliverer, run_deliverer
 from leasestar.webhooks.metrics import WebhookCollector
 from leasestar.webhooks.routes import WebhookController
@@ -177,4 +178,5 @@ def create_app(settings: Settings | None = None, *, direct_route: bool = True) -
 
 def create_app_from_env() -> Litestar:
     """Factory for `uvicorn --factory`: settings from `LEASESTAR_*` variables."""
+    die_with_supervisor()
     return create_app(Settings.from_env())

@@ -59,6 +59,7 @@ import logging
 import math
 import os
 import struct
+import tempfile
 import time
 from pathlib import Path
 from typing import Any, Final
@@ -90,6 +91,7 @@ _KEYS_KEPT: Final = 4096  # keys whose digest, slot and lease are remembered
 _LEASE_PER_BUDGET: Final = 256  # a lease of one request per this much of the budget
 _LEASE_MOST: Final = 16
 _FOREIGN: Final = "is not a leasestar rate-limit file"
+_OPEN_TRIES: Final = 3  # a file made and deleted by others between our tries, at most
 
 
 def counter_path(db_path: Path) -> Path:
@@ -148,6 +150,12 @@ def _probe(table: bytes, digest: bytes, now: int) -> tuple[int | None, int | Non
     return None, reusable
 
 
+def _write_empty_table(fd: int) -> None:
+    """Give an empty file the counter's magic and 4,096 free slots (zeros)."""
+    os.ftruncate(fd, _SIZE)
+    os.pwrite(fd, _MAGIC, 0)
+
+
 def _make_whole(fd: int) -> str | None:
     """Clear the file if it is not a whole table (the lock is held): how it was found
     then, else None (whole: another worker may have cleared it first)."""
@@ -155,8 +163,7 @@ def _make_whole(fd: int) -> str | None:
     if size == _SIZE and os.pread(fd, len(_MAGIC), 0) == _MAGIC:
         return None
     os.ftruncate(fd, 0)
-    os.ftruncate(fd, _SIZE)
-    os.pwrite(fd, _MAGIC, 0)
+    _write_empty_table(fd)
     return f"cut to {size:,} of its {_SIZE:,} bytes" if size < _SIZE else "overwritten"
 
 
@@ -192,7 +199,7 @@ class WindowCounter:
         """A descriptor of the file at the path, its table ready, and whether this call
         created the file."""
         try:
-            while True:
+            for _ in range(_OPEN_TRIES):
                 try:
                     fd, created = os.open(self._path, os.O_RDWR | os.O_CLOEXEC), False
                     break
@@ -202,6 +209,11 @@ class WindowCounter:
                         fd, created = published, True
                         break
                     # Another worker published one first: open that.
+            else:  # (a name that exists yet opens nothing: a link to a missing file)
+                raise DatabaseError(
+                    f"cannot use the rate-limit file {self._path}: it is a link to a file "
+                    "that does not exist"
+                )
         except OSError as error:
             raise DatabaseError(
                 f"cannot use the rate-limit file {self._path}: {error.strerror}"
@@ -221,16 +233,15 @@ class WindowCounter:
         """A new file with its table, put at the path only once whole (None: a file was
         there first).
 
-        Made under a name of this process's and linked to the path, so no worker ever
+        Made under a name of its own (`mkstemp`) and linked to the path, so no worker ever
         opens a file another is still filling: at the path, a file shorter than a table
         has been cut (an empty one counted as just made, and quietly filled, let a
         worker starting late clear a file cut under the others without a word).
         """
-        making = self._path.with_name(f".{self._path.name}.{os.getpid()}")
-        fd = os.open(making, os.O_RDWR | os.O_CLOEXEC | os.O_CREAT | os.O_TRUNC, 0o600)
+        fd, name = tempfile.mkstemp(dir=self._path.parent, prefix=f".{self._path.name}.")
+        making = Path(name)
         try:
-            os.ftruncate(fd, _SIZE)
-            os.pwrite(fd, _MAGIC, 0)
+            _write_empty_table(fd)
             os.link(making, self._path)
         except BaseException as error:
             os.close(fd)
@@ -250,8 +261,7 @@ class WindowCounter:
                 return _make_whole(fd)
             size = os.fstat(fd).st_size
             if size == 0:  # (left by a start that died, or by a version before this one)
-                os.ftruncate(fd, _SIZE)
-                os.pwrite(fd, _MAGIC, 0)
+                _write_empty_table(fd)
                 return None
             if size != _SIZE or os.pread(fd, len(_MAGIC), 0) != _MAGIC:
                 raise DatabaseError(
@@ -285,8 +295,7 @@ class WindowCounter:
     def _count_in_memory(self, reason: str) -> None:
         # A file of the worker's own, that no other program can reach to cut or lock.
         fd = os.memfd_create("leasestar-ratelimit", os.MFD_CLOEXEC)
-        os.ftruncate(fd, _SIZE)
-        os.pwrite(fd, _MAGIC, 0)
+        _write_empty_table(fd)
         self._use(fd, in_memory=True)
         logger.warning(
             "%s: this worker process counts the rate limit in its own memory until the file "

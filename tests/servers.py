@@ -77,3 +77,16 @@ def serving(path: Path, log: Path, **env: str) -> Iterator[tuple[str, int]]:
         yield base_url, port
     finally:
         stop(process)
+
+
+def children(pid: int) -> list[int]:
+    """The live processes whose parent is `pid` (Linux: /proc)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (FileNotFoundError, ProcessLookupError, IndexError):
+            continue
+        if int(fields[1]) == pid and fields[0] != "Z":
+            found.append(int(stat.parent.name))
+    return found

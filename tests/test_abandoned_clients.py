@@ -117,7 +117,7 @@ def write_some(db: Path) -> None:
 
 
 def open_files(server: Server) -> int:
-    return len(os.listdir(f"/proc/{server.process.pid}/fd"))
+    return len(os.listdir(f"/proc/{server.worker_pid}/fd"))
 
 
 def stream_request(token: str, method: str = "GET") -> bytes:
@@ -247,11 +247,11 @@ def test_forty_cut_streams_leave_files_memory_and_the_wal_as_they_were(
     for _ in range(3):  # the allocator's arenas grow to a stream's size once
         cut_stream(server, token)
     assert until(lambda: open_files(server) <= idle_files + SPARE_FILES)
-    rss_before = rss_kib(server.process.pid)
+    rss_before = rss_kib(server.worker_pid)
     for _ in range(ABANDONED_STREAMS):
         cut_stream(server, token)
     assert_released(server, db, idle_files)
-    grown = rss_kib(server.process.pid) - rss_before
+    grown = rss_kib(server.worker_pid) - rss_before
     assert grown <= RSS_GROWTH_KIB, f"RSS grew {grown} KiB over {ABANDONED_STREAMS} streams"
 
 

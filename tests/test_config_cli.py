@@ -210,7 +210,7 @@ def test_serve_hands_every_flag_to_the_server(
     """Workers are separate processes: the settings reach them through the environment."""
     calls: list[tuple[Any, list[ListenAddress]]] = []
 
-    def run_server(config: Any, listeners: list[ListenAddress]) -> int:
+    def run_server(config: Any, listeners: list[ListenAddress], **options: bool) -> int:
         calls.append((config, list(listeners)))
         return 0
 
@@ -264,7 +264,9 @@ def test_workers_auto_is_one_per_core_from_the_flag_and_the_variable(
     assert Settings.from_env().workers == cores
     del environment["LEASESTAR_WORKERS"]
     calls: list[Any] = []
-    monkeypatch.setattr(commands, "run_server", lambda config, listeners: calls.append(config) or 0)
+    monkeypatch.setattr(
+        commands, "run_server", lambda config, listeners, **options: calls.append(config) or 0
+    )
     # Nothing listens here, so whether the port is free is not the question (test_faults).
     monkeypatch.setattr(commands, "_check_port", lambda host, port: None)
     database = tmp_path / "served.db"

@@ -33,6 +33,7 @@ from leasestar.config import Settings
 from leasestar.database import open_for_write
 from leasestar.main import create_app
 from leasestar.seed.generator import synthetic_applicants
+from tests.servers import children
 
 LEASESTAR = Path(sys.executable).with_name("leasestar")
 STORED = 200
@@ -120,19 +121,6 @@ def wait_for(condition: Any, timeout: float = 60.0) -> None:
     while not condition():
         assert time.monotonic() < deadline, "timed out"
         time.sleep(0.002)
-
-
-def children(pid: int) -> list[int]:
-    """The live processes whose parent is `pid` (Linux: /proc)."""
-    found = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except (FileNotFoundError, ProcessLookupError, IndexError):
-            continue
-        if int(fields[1]) == pid and fields[0] != "Z":
-            found.append(int(stat.parent.name))
-    return found
 
 
 def assert_gone(pids: list[int]) -> None:

@@ -36,7 +36,7 @@ from leasestar.auth import create_token
 from leasestar.config import Settings
 from leasestar.database import open_for_write
 from leasestar.main import create_app
-from tests.servers import ROOT, START_TIMEOUT, clean_env, free_port
+from tests.servers import ROOT, START_TIMEOUT, children, clean_env, free_port
 from tests.test_fuzz import assert_error_body
 
 Client = AsyncTestClient  # type: ignore[type-arg]
@@ -94,6 +94,14 @@ class Server:
 
     def log(self) -> str:
         return self.stderr.read_text(encoding="utf-8", errors="replace")
+
+    @property
+    def worker_pid(self) -> int:
+        """The process that serves under `--workers 1`: a fork of `process`, which only
+        waits to replace it (leasestar/supervision.py)."""
+        found = children(self.process.pid)
+        assert len(found) == 1, found
+        return found[0]
 
 
 def wait_until_healthy(server: Server) -> None:

@@ -132,7 +132,7 @@ def _flood_in_parallel(
     server: Server, connections: int, opening: bytes, filler: bytes, total: int
 ) -> tuple[int, list[tuple[int, bytes]]]:
     """Run `connections` floods at once; the server's peak RSS growth (KiB) and the answers."""
-    pid = server.process.pid
+    pid = server.worker_pid
     reset_peak_rss(pid)
     before = rss_kib(pid)
     results: list[tuple[int, bytes]] = [(0, b"")] * connections

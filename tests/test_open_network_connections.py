@@ -99,7 +99,7 @@ def test_pipelined_requests_never_read_are_bounded_and_the_connection_closed(
     PIPELINED_PACE_WINDOW (2 s, whatever the send timeout), resets the connection: within
     CLOSE_WITHIN on a loaded machine, where the default send timeout alone is 30 s."""
     server: Server = request.getfixturevalue(which)
-    pid = server.process.pid
+    pid = server.worker_pid
     reset_peak_rss(pid)
     before = rss_kib(pid)
     requests = HEALTH * (2 * MIB // len(HEALTH))

@@ -215,7 +215,22 @@ def test_files_made_at_once_by_many_processes_are_one_file_made_once(tmp_path: P
     """Processes that each find no file publish theirs whole under the path; all but one
     find another's there first and count in it: one budget, counted exactly."""
     path = tmp_path / "db-ratelimit"
-    with multiprocessing.get_context("fork").Pool(PROCESSES) as pool:
+    with multiprocessing.get_context("spawn").Pool(PROCESSES) as pool:
         counts = pool.starmap(_count_many, [(str(path), "token", 20, EXACT_BUDGET)] * PROCESSES)
     assert sorted(itertools.chain.from_iterable(counts)) == list(range(1, 20 * PROCESSES + 1))
     assert [p.name for p in tmp_path.iterdir()] == ["db-ratelimit"]  # no file left making
+
+
+def test_a_link_to_a_missing_file_is_refused_in_one_line(tmp_path: Path) -> None:
+    """Opening it finds nothing, and a new file cannot be linked where the link is: one
+    line, never a loop (a start that hung at full CPU, review of stop 26)."""
+    path = tmp_path / "db-ratelimit"
+    path.symlink_to(tmp_path / "wiped" / "db-ratelimit")
+    with pytest.raises(DatabaseError, match="is a link to a file that does not exist"):
+        WindowCounter(path)
+    serving = WindowCounter(path, fallback=True)  # a worker: counts in its own memory
+    try:
+        assert [serving.count("token", 10, 60)[0] for _ in range(2)] == [1, 2]
+    finally:
+        serving.close()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["db-ratelimit"]

@@ -8,6 +8,7 @@ primary's store). Every wait is bounded; nothing asserts a duration.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -28,7 +29,9 @@ from leasestar.auth import create_token
 from leasestar.database import open_for_write
 from leasestar.replica.litestream import find_litestream
 from leasestar.replica.status import ReplicaStatus, health_of
+from tests.servers import children
 from tests.test_e2e import clean_env, free_port, stop
+from tests.webhooks.receiver import receiving
 
 pytestmark = [
     pytest.mark.e2e,
@@ -143,7 +146,8 @@ def start_serving(node: Node, *args: str) -> None:
                 f"127.0.0.1:{node.metrics_port}",
                 *args,
             ],
-            env=clean_env(),
+            # Loopback receivers allowed on every node: a replica that sent would be seen.
+            env=clean_env(LEASESTAR_WEBHOOK_ALLOW_PRIVATE="on"),
             stdout=log,
             stderr=subprocess.STDOUT,
         )
@@ -433,6 +437,40 @@ def test_tokens_and_revocations_reach_every_replica(topology: Topology) -> None:
         )
 
 
+def test_only_the_primary_sends_webhooks(topology: Topology) -> None:
+    """The subscription reaches the replicas with the rest of the database, and every
+    node could reach the receiver; each event still arrives once, from the primary
+    (issue 28: on a replica never)."""
+    primary = topology.primary
+    manager = run("token", "create", "--db", primary.database, "--name", "hooks-manager",
+                  "--permission", "webhooks").stdout.split()[-1]  # fmt: skip
+    with receiving() as receiver:
+        made = run("webhook", "create", "--db", primary.database, "--url", receiver.url,
+                   "--event", "DATA_NEW", "--signing", "standard")  # fmt: skip
+        subscription_id = made.stdout.split()[1]  # "webhook whk_... -> URL (...)"
+        assert subscription_id.startswith("whk_"), made.stdout
+        try:
+            seeding = start_seeding(primary.database, 20, 4242)
+            assert seeding.wait(timeout=120) == 0
+            receiver.wait_for_count(20)
+            wait_all_caught_up(topology)
+            for replica in topology.replicas:  # they hold the subscription, and list it
+                with contextlib.closing(sqlite3.connect(replica.database)) as held:
+                    (held_url,) = held.execute(
+                        "SELECT url FROM webhook_subscriptions WHERE id = ?", (subscription_id,)
+                    ).fetchone()
+                assert held_url == receiver.url, replica.name
+                listed = get(replica, "/v1/webhooks/", manager)
+                assert listed.status_code == 200, listed.text
+                assert subscription_id in listed.text
+            time.sleep(3)  # a replica that sent would have within a second of catching up
+        finally:
+            run("webhook", "revoke", "--db", primary.database, subscription_id)
+        ids = [request.headers["webhook-id"] for request in receiver.received]
+    assert len(ids) == 20
+    assert len(set(ids)) == 20
+
+
 def test_health_and_metrics_report_the_lag(topology: Topology) -> None:
     assert "replica" not in topology.primary.health()
     assert "leasestar_replica" not in httpx.get(f"{topology.primary.metrics_base}/metrics").text
@@ -481,19 +519,6 @@ def test_lag_is_how_long_the_store_has_held_more() -> None:
 
 
 # --- faults ------------------------------------------------------------------------------
-
-
-def children(pid: int) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                fields = (entry / "stat").read_text().rpartition(")")[2].split()
-            except OSError:
-                continue
-            if int(fields[1]) == pid:
-                found.append(int(entry.name))
-    return found
 
 
 def test_a_replica_killed_while_applying_restarts_and_catches_up(topology: Topology) -> None:

@@ -25,7 +25,7 @@ from leasestar.auth import revoke_token
 from leasestar.database import open_for_write
 from leasestar.rate_limit import WindowCounter, counter_path
 from leasestar.seed.generator import synthetic_applicants
-from tests.test_durability import children
+from tests.servers import children
 from tests.test_hardening import Server, copy_database, new_token, query_one, serve
 from tests.test_rate_limit import remaining
 

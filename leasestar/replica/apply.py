@@ -59,7 +59,7 @@ class SchemaDiffers(Exception):
 class Applied:
     change_seq: int  # the served database's change sequence now
     rows: int  # applicant rows written
-    tokens: bool  # whether the token table was rewritten
+    tokens: bool  # whether the tokens or their permissions were rewritten
 
 
 def primary_identity(cursor_key: bytes) -> str:
@@ -216,14 +216,27 @@ def _apply(served: sqlite3.Connection, identity: str, alive: Callable[[], bool])
             (served_seq,),
         )
         served.execute("UPDATE main.sync_state SET change_seq = ?", (followed_seq,))
-    (tokens_differ,) = served.execute(
-        "SELECT EXISTS (SELECT * FROM main.tokens EXCEPT SELECT * FROM followed.tokens) "
-        "OR EXISTS (SELECT * FROM followed.tokens EXCEPT SELECT * FROM main.tokens)"
+    rewritten = {table: _mirror(served, table) for table in _MIRRORED}
+    tokens = rewritten["tokens"] or rewritten["token_permissions"]
+    return Applied(int(followed_seq), rows, tokens)
+
+
+# Small tables the replica holds as the primary has them, whole: who may read (tokens
+# and their permissions), and the webhook subscriptions, which a replica lists but never
+# sends to (its webhook events and attempts are the primary's business, not copied).
+_MIRRORED: Final = ("tokens", "token_permissions", "webhook_subscriptions")
+
+
+def _mirror(served: sqlite3.Connection, table: str) -> bool:
+    """Make the served `table` (one of _MIRRORED) the followed one's; whether it differed."""
+    (differ,) = served.execute(
+        f"SELECT EXISTS (SELECT * FROM main.{table} EXCEPT SELECT * FROM followed.{table}) "
+        f"OR EXISTS (SELECT * FROM followed.{table} EXCEPT SELECT * FROM main.{table})"
     ).fetchone()
-    if tokens_differ:
-        served.execute("DELETE FROM main.tokens")
-        served.execute("INSERT INTO main.tokens SELECT * FROM followed.tokens")
-    return Applied(int(followed_seq), rows, bool(tokens_differ))
+    if differ:
+        served.execute(f"DELETE FROM main.{table}")
+        served.execute(f"INSERT INTO main.{table} SELECT * FROM followed.{table}")
+    return bool(differ)
 
 
 def _schema(connection: sqlite3.Connection, schema: str) -> list[tuple[str, str, str]]:

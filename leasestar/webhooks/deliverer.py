@@ -8,22 +8,31 @@ over within a second, from the cursors the database holds. A lock in the databas
 (a row with an expiry) would need renewing writes and a guess at how long a dead holder
 takes to notice; the file lock needs neither. Replicas never start one (main.py).
 
-Each subscription has its own task, HTTP client and connection pool, so a slow or dead
-receiver only ever delays itself. Within a subscription events go one at a time in
-change order: an event is retried until it is delivered or given up (retries.py)
-before the next is sent, as a receiver applying changes needs them.
+Each subscription has its own task and connection, so a slow or dead receiver only
+ever delays itself. Within a subscription events go one at a time in change order: an
+event is retried until it is delivered or given up (retries.py) before the next is
+sent, as a receiver applying changes needs them. One request in flight is enough:
+against loopback receivers that answer at once, three subscriptions delivered ~1,200
+events a second each from an otherwise idle server, sharing its core (the webhooks
+section of benchmarks/RESULTS.md): there the core is the limit, which a window of
+requests in flight would not move. A receiver far away gets one event per round trip
+(20 a second at 50 ms); a window would raise that, but weaken the order a receiver is
+promised (a later event arriving while an earlier one waits for its retry), so it waits
+for a receiver that needs it.
 
-HTTP is httpx's async client (already the suite's client): per-request timeouts,
-redirects not followed (a 3xx is a failed attempt: a receiver that moved must be
-subscribed again, or a redirect could carry signed data elsewhere), and a streamed
-response of which only the first ANSWER_BYTES are read.
+What an event costs the sender is kept to its POST: events are read in batches of
+BATCH, their bodies built on the same thread call as the read, the attempts and cursors
+recorded by the ledger in batches (ledger.py), and the POST itself goes through
+aiohttp's client (connection.py: 0.22 ms of CPU where httpx's took 0.93). Redirects are not
+followed (a 3xx is a failed attempt: a receiver that moved must be subscribed again,
+or a redirect could carry signed data elsewhere); of the answer only its first KiB is
+kept.
 """
 
 from __future__ import annotations
 
 import asyncio
 import fcntl
-import ipaddress
 import logging
 import os
 import sqlite3
@@ -32,12 +41,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
-import httpx
+import aiohttp
 
 from leasestar import __version__
 from leasestar.applicants.bodies import DICTIONARIES, BodyDecoder, UnknownDictionary
 from leasestar.database import BUSY_TIMEOUT_MS, read_uri
-from leasestar.instants import now_micros
+from leasestar.webhooks.connection import (
+    ALLOW_PRIVATE_ENV,
+    ANSWER_BYTES,
+    ReceiverConnection,
+    RefusedAddress,
+)
 from leasestar.webhooks.ledger import FLUSH_SECONDS, Attempt, Ledger
 from leasestar.webhooks.payloads import EVENT_COLUMNS, Event, payload
 from leasestar.webhooks.retries import RetryPolicy, parse_retry_after
@@ -51,12 +65,7 @@ LOCK_RETRY_SECONDS: Final = 1.0
 POLL_SECONDS: Final = 0.05
 SUBSCRIPTIONS_POLL_SECONDS: Final = 0.5
 BATCH: Final = 200
-ANSWER_BYTES: Final = 1024
 USER_AGENT: Final = f"leasestar-webhooks/{__version__}"
-# Loopback, link-local (cloud metadata), private, ULA, multicast, unspecified: off
-# limits unless the operator says otherwise, so a token allowed to subscribe cannot make
-# the server POST into its own network.
-ALLOW_PRIVATE_ENV: Final = "LEASESTAR_WEBHOOK_ALLOW_PRIVATE"
 logger = logging.getLogger("leasestar.webhooks")
 T = TypeVar("T")
 
@@ -74,41 +83,6 @@ def _try_lock(path: Path) -> int | None:
         os.close(descriptor)
         return None
     return descriptor
-
-
-class RefusedAddress(Exception):
-    """The receiver's address is one deliveries may not go to."""
-
-
-def refused(address: str) -> bool:
-    """Whether a peer address is off limits (an IPv4 address mapped in IPv6 as itself)."""
-    ip = ipaddress.ip_address(address.split("%", 1)[0])
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
-    return (
-        ip.is_private
-        or ip.is_loopback
-        or ip.is_link_local
-        or ip.is_multicast
-        or ip.is_unspecified
-        or ip.is_reserved
-    )
-
-
-async def _check_peer(event: str, info: dict[str, Any]) -> None:
-    """httpcore's trace hook: checks the address actually connected to, before a byte of
-    the request is sent (checking the name beforehand would let DNS answer otherwise at
-    connect time)."""
-    if event != "connection.connect_tcp.complete":
-        return
-    stream = info["return_value"]
-    peer = stream.get_extra_info("server_addr")
-    if peer is None or refused(str(peer[0])):
-        await stream.aclose()
-        raise RefusedAddress(
-            f"refused: {peer[0] if peer else 'an unknown address'} is a loopback, private "
-            f"or link-local address ({ALLOW_PRIVATE_ENV}=on allows it)"
-        )
 
 
 def _release_if_locked(trying: asyncio.Future[int | None]) -> None:
@@ -261,13 +235,15 @@ class SubscriptionSender:
         )
         self._earlier = {seq: (attempts, next_at) for seq, attempts, next_at in rows}
 
-    def _next_events(self) -> tuple[list[Event], int]:
-        """The next batch, and the outbox's last sequence as of the same snapshot.
+    def _next_events(self) -> tuple[list[tuple[Event, bytes]], int]:
+        """The next batch with each event's body, and the outbox's last sequence as of the
+        same snapshot.
 
         Past the batch's last event, up to that sequence, are only events this
         subscription does not receive (other integrations or event types): its cursor
         moves over them, or a filtered subscription would hold back the outbox's pruning
-        and rescan them on every poll.
+        and rescan them on every poll. The bodies are built here, on the read's thread:
+        a thread call per event cost more than the event's POST.
         """
         self._db.execute("BEGIN")  # one read transaction: both answers from one snapshot
         try:
@@ -278,7 +254,7 @@ class SubscriptionSender:
         events = [Event(*row) for row in rows]
         # A full batch may have more of this subscription's events after it.
         through = events[-1].change_seq if len(events) == BATCH else (last or 0)
-        return events, through
+        return [(event, self._body(event)) for event in events], through
 
     def _advance(self, change_seq: int) -> None:
         self._cursor = change_seq
@@ -293,39 +269,35 @@ class SubscriptionSender:
             return payload(event, self._decoder)
 
     async def run(self) -> None:
+        connection = ReceiverConnection(
+            user_agent=USER_AGENT,
+            allow_private=self._deliverer.allow_private,
+            timeout=self._deliverer.policy.timeout,
+        )
         try:
             await self._read(self._load_earlier)
-            async with httpx.AsyncClient(
-                # Never through a proxy the environment names: a delivery goes to the
-                # subscribed URL, and the signed body nowhere else.
-                trust_env=False,
-                follow_redirects=False,
-                timeout=self._deliverer.policy.timeout,
-                headers={"user-agent": USER_AGENT},
-                limits=httpx.Limits(max_connections=1, max_keepalive_connections=1),
-            ) as client:
-                while True:
-                    events, through = await self._read(self._next_events)
-                    for event in events:
-                        outcome = await self._until_done(client, event)
-                        if outcome == "revoked":
-                            return
-                        self._advance(event.change_seq)
-                        if outcome == "gone":
-                            self._deliverer.gone.add(self._id)
-                            self._deliverer.ledger.disable(self._id, "410 Gone")
-                            return
-                    if through > self._cursor:
-                        self._advance(through)
-                    if not events:
-                        await asyncio.sleep(POLL_SECONDS)
+            while True:
+                batch, through = await self._read(self._next_events)
+                for event, body in batch:
+                    outcome = await self._until_done(connection, event, body)
+                    if outcome == "revoked":
+                        return
+                    self._advance(event.change_seq)
+                    if outcome == "gone":
+                        self._deliverer.gone.add(self._id)
+                        self._deliverer.ledger.disable(self._id, "410 Gone")
+                        return
+                if through > self._cursor:
+                    self._advance(through)
+                if not batch:
+                    await asyncio.sleep(POLL_SECONDS)
         finally:
             self._close()
+            await connection.close()
 
-    async def _until_done(self, client: httpx.AsyncClient, event: Event) -> str:
+    async def _until_done(self, connection: ReceiverConnection, event: Event, body: bytes) -> str:
         policy = self._deliverer.policy
         attempt, next_at = self._earlier.pop(event.change_seq, (0, None))
-        body = await self._read(self._body, event)
         while True:
             if next_at is not None:
                 await asyncio.sleep(max(0.0, next_at / 1e6 - time.time()))
@@ -336,12 +308,14 @@ class SubscriptionSender:
             now = time.time()
             headers = signed_headers(
                 subscription.signing,
-                subscription.secrets_at(now_micros()),
+                subscription.secrets_at(int(now * 1e6)),
                 event.event_id,
                 int(now),
                 body,
             )
-            status, answer, retry_after = await self._post(client, subscription.url, body, headers)
+            status, answer, retry_after = await self._post(
+                connection, subscription.url, body, headers
+            )
             next_at = None
             if status is not None and 200 <= status < 300:
                 outcome = "delivered"
@@ -370,31 +344,23 @@ class SubscriptionSender:
                 return outcome
 
     async def _post(
-        self, client: httpx.AsyncClient, url: str, body: bytes, headers: dict[str, str]
+        self, connection: ReceiverConnection, url: str, body: bytes, headers: dict[str, str]
     ) -> tuple[int | None, str, float | None]:
         """(status, the answer's first bytes or the error, Retry-After seconds)."""
         try:
-            # The whole exchange, not each read: a receiver dripping its answer a byte at
-            # a time would hold the subscription indefinitely otherwise.
-            async with asyncio.timeout(self._deliverer.policy.timeout):
-                guard = {} if self._deliverer.allow_private else {"trace": _check_peer}
-                async with client.stream(
-                    "POST", url, content=body, headers=headers, extensions=guard
-                ) as answer:
-                    read = bytearray()
-                    async for chunk in answer.aiter_raw():
-                        read += chunk
-                        if len(read) >= ANSWER_BYTES:
-                            break
-                    retry_after = parse_retry_after(answer.headers.get("retry-after"), time.time())
-                    text = bytes(read[:ANSWER_BYTES]).decode("utf-8", "replace")
-                    return answer.status_code, text, retry_after
+            # The connection's one timeout bounds the whole exchange, not each read: a
+            # receiver dripping its answer a byte at a time would hold the subscription
+            # indefinitely otherwise.
+            answer = await connection.post(url, headers, body)
         except TimeoutError:
             return None, f"no answer within {self._deliverer.policy.timeout:g} s", None
-        except httpx.HTTPError as error:
-            return None, f"{type(error).__name__}: {error}"[:ANSWER_BYTES], None
         except RefusedAddress as error:
             return None, str(error), None
+        # refused, reset, DNS, TLS, not an HTTP answer
+        except (OSError, aiohttp.ClientError) as error:
+            return None, f"{type(error).__name__}: {error}"[:ANSWER_BYTES], None
+        retry_after = parse_retry_after(answer.retry_after, time.time())
+        return answer.status, answer.text, retry_after
 
 
 async def run_deliverer(deliverer: Deliverer) -> None:

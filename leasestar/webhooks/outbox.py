@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import secrets
 import sqlite3
+from collections.abc import Callable
 from typing import Any, Final
 
 import msgspec
@@ -39,7 +40,11 @@ _INSERT: Final = (
     "INSERT INTO webhook_events (change_seq, event_id, event_type, record_id, "
     "integration_id, property_id, created_at, data) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
 )
-_decode_json = msgspec.json.Decoder(dict[str, Any]).decode
+# A body's fields as their encoded bytes: comparing those is ~20 us a record cheaper
+# than decoding both bodies whole, about a twentieth of what a changed record costs an
+# import. Fields whose bytes differ are decoded and compared as values (`_values_differ`).
+_decode_fields = msgspec.json.Decoder(dict[str, msgspec.Raw]).decode
+_decode_value = msgspec.json.Decoder().decode
 _encode_json = msgspec.json.Encoder().encode
 
 
@@ -52,16 +57,39 @@ def subscribed(connection: sqlite3.Connection) -> bool:
     return bool(connection.execute(ACTIVE_SUBSCRIPTION).fetchone()[0])
 
 
-def diff(previous: dict[str, Any], new: dict[str, Any]) -> dict[str, dict[str, Any]] | None:
+def _value(encoded: msgspec.Raw | None) -> Any:
+    return None if encoded is None else _decode_value(encoded)
+
+
+def _values_differ(previous: msgspec.Raw | None, new: msgspec.Raw | None) -> bool:
+    """Whether two encoded values (None: the field is absent) differ as values: the same
+    object with its keys in another order does not, and an absent field is null."""
+    return bool(_value(previous) != _value(new))
+
+
+def _differ(previous: object, new: object) -> bool:
+    return previous != new
+
+
+def diff(
+    previous: dict[str, Any],
+    new: dict[str, Any],
+    differ: Callable[[Any, Any], bool] = _differ,
+) -> dict[str, dict[str, Any]] | None:
     """{previous, new} of the fields whose value differs; None when only unreported
-    fields (or none) changed."""
+    fields (or none) changed. Fields equal by `==` are equal; those that are not are
+    then compared by `differ`."""
     # The common case first: both encoded by the same encoder, so the same keys in the
     # same order, compared pairwise without building a set of keys (~3x faster).
     if previous.keys() == new.keys():
         changed = [field for field, value in new.items() if previous[field] != value]
     else:
         changed = [f for f in previous.keys() | new.keys() if previous.get(f) != new.get(f)]
-    changed = sorted(field for field in changed if field not in UNREPORTED_FIELDS)
+    changed = sorted(
+        field
+        for field in changed
+        if field not in UNREPORTED_FIELDS and differ(previous.get(field), new.get(field))
+    )
     if not changed:
         return None
     return {
@@ -102,7 +130,9 @@ class Outbox:
         new_json: bytes,
     ) -> None:
         """A DATA_UPDATE of the changed fields, if any field it reports changed."""
-        changes = diff(_decode_json(self._previous_json(previous_stored)), _decode_json(new_json))
+        previous = _decode_fields(self._previous_json(previous_stored))
+        new = _decode_fields(new_json)
+        changes = diff(previous, new, _values_differ)
         if changes is not None:
             self._insert(change_seq, DATA_UPDATE, record_id, key, _encode_json(changes))
 

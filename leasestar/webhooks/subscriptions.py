@@ -26,7 +26,7 @@ STANDARD_SECRET_PREFIX: Final = "whsec_"  # noqa: S105 - the Standard Webhooks p
 # the new one without losing a delivery.
 DEFAULT_GRACE_SECONDS: Final = 24 * 3600
 MAX_URL_LENGTH: Final = 2048
-# Each active subscription is a task, an HTTP client and a query every POLL_SECONDS in
+# Each active subscription is a task, a connection and a query every POLL_SECONDS in
 # the delivering worker, on the threads /health shares: a token with the webhooks
 # permission must not be able to add them without end.
 MAX_ACTIVE_SUBSCRIPTIONS: Final = 50

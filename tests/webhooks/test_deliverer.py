@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 
 from leasestar.database import open_for_write
+from leasestar.webhooks.connection import refused
 from leasestar.webhooks.deliverer import (
     Deliverer,
     _try_lock,
     lock_path,
-    refused,
     run_deliverer,
 )
 from leasestar.webhooks.retries import RetryPolicy
@@ -61,6 +61,11 @@ async def test_a_database_error_never_stops_delivery_nor_its_shutdown(
         ("224.0.0.1", True),
         ("0.0.0.0", True),
         ("::ffff:127.0.0.1", True),  # loopback, mapped into IPv6
+        ("100.100.100.200", True),  # carrier-grade NAT: a cloud's metadata service
+        ("100.64.0.1", True),
+        ("2002:a9fe:a9fe::1", True),  # 169.254.169.254 inside 6to4
+        ("2001:0:4136:e378:8000:63bf:3fff:fdd2", True),  # Teredo, a documentation address
+        ("2002:5db8:d70e::1", False),  # 93.184.215.14 inside 6to4
         ("93.184.215.14", False),
         ("2606:4700::1111", False),
     ],

@@ -148,6 +148,36 @@ def test_failures_are_retried_honouring_retry_after_then_delivered_once(db_file:
     ]
 
 
+def test_change_order_holds_through_failures_and_connections_the_receiver_closes(
+    db_file: Path,
+) -> None:
+    """Every third request fails, every other one closes its connection: each event is
+    retried before any later one is sent, on a new connection where the old was closed."""
+
+    def answer(number: int) -> tuple[int, dict[str, str]]:
+        if number % 3 == 1:
+            return 500, {"connection": "close"}
+        return 204, ({"connection": "close"} if number % 2 else {})
+
+    with receiving(lambda number, _: answer(number)) as receiver:
+        subscribe(db_file, receiver.url)
+        with serve(db_file, "--log-format", "off", env=env()):
+            import_records(db_file, *(source(n) for n in range(1, 31)))
+            receiver.wait_for(
+                lambda events: (
+                    len({e["change_seq"] for e in events}) == 30
+                    and answer(len(events) - 1)[0] == 204
+                ),
+                "30 events delivered",
+            )
+    sent = [event["change_seq"] for event in receiver.events()]
+    delivered = [seq for number, seq in enumerate(sent) if answer(number)[0] == 204]
+    assert delivered == committed_changes(db_file)  # each once, in change order
+    for number, seq in enumerate(sent):
+        if answer(number)[0] == 500:  # the same event next, before any later one
+            assert sent[number + 1] == seq
+
+
 def test_410_disables_the_subscription(db_file: Path) -> None:
     with receiving(lambda number, request: (410, {})) as receiver:
         subscription_id, _ = subscribe(db_file, receiver.url)

@@ -6,15 +6,16 @@ import json
 import sqlite3
 from typing import Any
 
+import msgspec
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from leasestar.applicants.bodies import BodyDecoder
 from leasestar.applicants.pipeline import ImportRefused, write_records
 from leasestar.database import open_for_write
 from leasestar.seed.generator import synthetic_applicants
-from leasestar.webhooks.outbox import diff
+from leasestar.webhooks.outbox import _decode_fields, _values_differ, diff
 from leasestar.webhooks.payloads import EVENT_COLUMNS, Event, payload
 from leasestar.webhooks.subscriptions import create_subscription, revoke_subscription
 from tests.applicants.lines import (
@@ -151,3 +152,26 @@ def test_an_older_database_gains_the_tables_on_open(tmp_path: Any) -> None:
         assert len(events(connection)) == 1
     finally:
         connection.close()
+
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers(-2, 2) | st.text("ab", max_size=2),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text("xy", max_size=1), inner),
+    max_leaves=6,
+)
+BODIES = st.dictionaries(st.sampled_from("abcde"), JSON_VALUES)
+
+
+@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@given(BODIES, BODIES)
+@example({"a": {"x": 1, "y": 2}}, {"a": {"y": 2, "x": 1}})  # the same object, reordered
+@example({"a": None}, {})  # null and absent alike
+def test_the_diff_of_encoded_bodies_is_the_diff_of_their_values(
+    previous: dict[str, Any], new: dict[str, Any]
+) -> None:
+    """The outbox compares fields as encoded bytes first: what it reports is what
+    comparing the decoded values reports, byte for byte once encoded."""
+    encode = msgspec.json.encode
+    from_bytes = diff(_decode_fields(encode(previous)), _decode_fields(encode(new)), _values_differ)
+    from_values = diff(previous, new)
+    assert encode(from_bytes) == encode(from_values)
