@@ -43,8 +43,8 @@ KeyValue = int | str | None  # None: SQL NULL, in a nullable coded column
 INSTANT_COLUMNS: Final = APPLICANTS.copy_instants
 CODED_COLUMNS: Final = APPLICANTS.copy_codes
 COLUMNS: Final = APPLICANTS.copy_columns
-# The instants read together (one index of schema.sql holds these three), and apart.
-_PACKED: Final = (("created_at", "updated_at", "last_seen"), ("change_seq",))
+# The instants read together (one index of schema.sql holds them), and apart.
+_PACKED: Final = APPLICANTS.copy_instant_groups
 _HEX: Final = "%016x"  # a 64-bit integer (two's complement) as 16 hex digits
 MISSING: Final = -1  # the code of a value no row holds
 

@@ -48,8 +48,8 @@ def scope_version(scope: frozenset[str]) -> SqlFragment:
     of its integrations' applicants (0 before any), one primary-key lookup each."""
     marks = ", ".join("?" * len(scope))
     return SqlFragment(
-        "SELECT coalesce(max(change_seq), 0) FROM integration_versions "
-        f"WHERE integration_id IN ({marks})",
+        f"SELECT coalesce(max(change_seq), 0) FROM {APPLICANTS.scope_versions} "
+        f"WHERE {APPLICANTS.scope_column} IN ({marks})",
         tuple(sorted(scope)),
     )
 

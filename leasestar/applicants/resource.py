@@ -42,8 +42,10 @@ class ListResource:
     # Keys that are unique: an order holding one is already total (no `id` tiebreak).
     unique_keys: frozenset[str]
     not_null: frozenset[str]
-    # The column a token's scope (its integrations) tests.
+    # The column a token's scope (its integrations) tests, and the table that holds each
+    # of its values' last change sequence (what a scoped page's version reads).
     scope_column: str
+    scope_versions: str
     filters: tuple[Filter, ...]
     indexes: tuple[Index, ...]
     # The columnar copy: instants and sequences as they are, and text columns as codes,
@@ -87,6 +89,16 @@ class ListResource:
     def copy_columns(self) -> tuple[str, ...]:
         return self.copy_instants + self.copy_codes
 
+    @property
+    def copy_instant_groups(self) -> tuple[tuple[str, ...], ...]:
+        """The copied instants read together: those one index holds (read from it, not
+        from the table), then each of the others alone."""
+        held = max(
+            ([c for c in self.copy_instants if c in index.columns] for index in self.indexes),
+            key=len,
+        )
+        return (tuple(held), *((c,) for c in self.copy_instants if c not in held))
+
 
 def _by(*columns: str) -> Index:
     """`applicants_by_<first column>`, schema.sql's name for an index led by it."""
@@ -108,6 +120,7 @@ APPLICANTS: Final = ListResource(
         | {"property_id", "integration_id", "integration_vendor"}
     ),
     scope_column="integration_id",
+    scope_versions="integration_versions",
     filters=FILTERS,
     indexes=(
         Index("applicants_source_key", ("integration_id", "x_property_id", "x_id")),

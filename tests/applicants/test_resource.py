@@ -89,3 +89,26 @@ def test_every_sortable_field_leads_an_index_followed_by_the_id(
     assert (field, "id") in {
         columns[:2] for columns in declared_indexes(schema).values()
     } or field == "id"
+
+
+def test_the_scope_versions_table_keys_the_scope_column(schema: sqlite3.Connection) -> None:
+    """A scoped page's version is read from one row per scope value: the table's primary
+    key is the scope column, and it holds a change sequence."""
+    columns = schema.execute(f"PRAGMA table_info({APPLICANTS.scope_versions})").fetchall()
+    primary = [name for _, name, _, _, _, key in columns if key]
+    assert primary == [APPLICANTS.scope_column]
+    assert "change_seq" in {name for _, name, *_ in columns}
+
+
+def test_the_copy_reads_together_the_instants_one_index_holds(
+    schema: sqlite3.Connection,
+) -> None:
+    """Read from that index (the smallest holding them all), not from the table."""
+    together, *apart = APPLICANTS.copy_instant_groups
+    holding = [c for c in declared_indexes(schema).values() if set(together) <= set(c)]
+    assert holding
+    assert len(together) == 3
+    assert sorted(c for group in apart for c in group) == ["change_seq"]
+    assert sorted(together + tuple(c for group in apart for c in group)) == sorted(
+        APPLICANTS.copy_instants
+    )
