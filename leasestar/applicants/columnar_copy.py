@@ -32,14 +32,9 @@ Array = npt.NDArray[Any]
 KeyValue = int | str | None  # None: SQL NULL, in a nullable coded column
 
 # The columns copied (`resource.APPLICANTS`): instants and sequences as they are, text
-# columns as codes (each distinct value numbered as first seen). The coded columns kept
-# for orders alone let the copy find where a page's matches lie in their order
-# (`MatchCounter.seek`), where a walk of the index read every row to test a filter and
-# matches bunch (a date of birth follows the created date: 350 ms at 1,000,000 rows for
-# a date window a walk met late), and narrow an order of several keys that no index
-# serves to a group of ties key by key, where SQLite sorted every match
-# (`state,city,zip`: 300-500 ms). Nullable: NULL is the code that sorts first, as
-# SQLite sorts it.
+# columns as codes (each distinct value numbered as first seen), those kept for orders
+# alone so that the copy can find where a page's matches lie in them (docs/list-planning.md,
+# "Seeking to where the matches are"). NULL is the code that sorts first, as in SQLite.
 INSTANT_COLUMNS: Final = APPLICANTS.copy_instants
 CODED_COLUMNS: Final = APPLICANTS.copy_codes
 COLUMNS: Final = APPLICANTS.copy_columns
@@ -193,12 +188,11 @@ class ColumnarCopy:
     def _read(self, connection: sqlite3.Connection, where: str, params: tuple[object, ...]) -> Rows:
         """The rows `where` selects, column by column, as (rowids, values).
 
-        SQLite packs each column as fixed-width hex in one string, which numpy reads in C:
-        fetching a million rows as Python tuples took 10 s, this ~1 s. Without a WHERE,
-        each statement reads the smallest index holding its columns, not the table; with
-        one, the change sequence's index, never the grouped column's (`+column`: SQLite
-        would walk all of that index to group without sorting, 1.6 s at 100,000 rows for
-        a change of one row).
+        SQLite packs each column as fixed-width hex in one string, which numpy reads in C
+        rather than a tuple per row. Without a WHERE, each statement reads the smallest
+        index holding its columns; with one, the change sequence's index, never the
+        grouped column's (`+column`). Figures: docs/list-planning.md, "Exact totals from a
+        columnar copy".
         """
         rows: Rows = {}
         packed_sql, grouped_sql = read_statements(where)

@@ -39,10 +39,8 @@ Scope = frozenset[str] | None
 _STEP_FIRST: Final = 1024
 _STEP_SPREAD: Final = 8
 # A page's matches that SQLite reads by rowid and sorts rather than find through an
-# index: 1-3 us a row read, where a range of a nullable key (its NULLs, a tenth of the
-# rows) read through the key's index held 100,000 rows at 1,000,000 (~350 ms), and where
-# collecting 4,600 matches of a property through its index took 32-38 ms (15-18 ms by
-# rowid), walking the order ~17 ms: up to where a walk costs less.
+# index, at most (8,192: up to where a walk costs less; docs/list-planning.md, "Seeking
+# to where the matches are").
 _CANDIDATES_MOST: Final = 8192
 _CANDIDATES_LOOKED_AT: Final = 1 << 18  # rows of a range tested for them, at most
 
@@ -60,7 +58,7 @@ class Seek(NamedTuple):
 
 class MatchCounter(ColumnarCopy):
     """Counts of the broad filters' matches, and where a page's matches lie in an order,
-    from the columnar copy (a count is ~1 ms at 1,000,000 rows, on the event loop)."""
+    from the columnar copy (on the event loop: a count is one numpy pass)."""
 
     def __init__(self, path: Path) -> None:
         # column -> (the order it was sorted by, its rows' rowids and sort keys in that
@@ -112,8 +110,7 @@ class MatchCounter(ColumnarCopy):
 
     def _by_group(self, group: str, instant: str) -> tuple[Array, Array]:
         """(where each code's rows start, every row's instant) with the rows sorted by
-        code, then instant: once per change of the copy and (group, instant) counted,
-        ~0.2 s and 8 bytes a row at 1,000,000 rows."""
+        code, then instant: once per change of the copy and (group, instant) counted."""
         key = f"{group}/{instant}"
         cached = self._grouped.get(key)
         if cached is None:
@@ -204,9 +201,9 @@ class MatchCounter(ColumnarCopy):
         """(low, high, stepped) of the first `wanted` matches in `key`'s order, found by
         stepping through the rows in that order (`_in_order`) in growing chunks: when
         matches are many, they are met within a few times wanted * rows / matches rows,
-        where gathering every match's key costs a pass over all of them (~10 ms at
-        1,000,000 rows half of which match). None when the first chunks hold too few of
-        them (matches bunched late in the order): gathered instead."""
+        where gathering every match's key costs a pass over all of them. None when the
+        first chunks hold too few of them (matches bunched late in the order): gathered
+        instead."""
         rowids, keys = self._in_order(key.field, order_of)
         rows = len(rowids)
         take = min(wanted, count)
@@ -278,7 +275,7 @@ class MatchCounter(ColumnarCopy):
 
     def _in_order(self, column: str, order_of: Order) -> tuple[Array, Array]:
         """(rowids, their keys) of every row in `column`'s order: sorted once per change
-        of the copy (and of the ranks), ~0.1 s at 1,000,000 rows."""
+        of the copy (and of the ranks)."""
         cached = self._sorted.get(column)
         if cached is None or cached[0] is not order_of:
             present = np.flatnonzero(self._present)

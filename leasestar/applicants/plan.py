@@ -272,8 +272,7 @@ def _select(query: ApplicantQuery, scope: Scope, how: How, at: Start | None) -> 
     walk_order = how.read is Read.WALK
     # Collecting sorts the matches its index finds: `+column` in the ORDER BY, which no
     # index provides. SQLite knows nothing of how many rows a range keeps (no ANALYZE),
-    # so left to itself it walked the ordering's index past every non-match: 16 s at
-    # 1,000,000 rows for a date bound that 52 rows meet, 17 ms sorted.
+    # so left to itself it walks the ordering's index past every non-match.
     collect = how.read is Read.COLLECT
     order_by = build_order_by(query.order_by, sort=collect)
     if len(ranges) <= 1:
@@ -353,7 +352,7 @@ def _sought(query: ApplicantQuery, how: How) -> tuple[SqlFragment, int]:
         if low is not None and low == high:
             # An equality, not a range of one value: SQLite then knows the column's
             # index, (column, id), gives the rest of the order (a BETWEEN left it to
-            # walk the id's index past every other value: 300-500 ms at 1,000,000).
+            # walk the id's index past every other value).
             clauses.append(f"{column} = ?")
             values.append(low)
         elif low is not None:

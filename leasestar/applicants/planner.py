@@ -222,9 +222,8 @@ def _collected_by(
     query: ApplicantQuery, scope: Scope, copy: MatchCounter
 ) -> tuple[str | None, int | None]:
     """The column whose index collects the matches, the one whose conditions keep
-    fewest rows (None: one column only, or none: SQLite's pick), and those rows.
-    SQLite, without statistics, took a token's two integrations (250,000 rows at
-    1,000,000) over a date bound that 12,000 met: 3.5 s a page instead of ~40 ms."""
+    fewest rows (None: one column only, or none: SQLite's pick, which without
+    statistics is as often the wrong one), and those rows."""
     kept = copy.kept_by_each(query, scope)
     if not kept:
         return None, None
@@ -237,7 +236,8 @@ def uses_checkpoints(query: ApplicantQuery) -> bool:
 
     Not a shallow page of a walked list: the checkpoints take one pass over every
     match, which a first page with a filter value never asked before (a sync client's
-    fresh timestamp, a date picker) paid on every request: 300-500 ms at 100,000 rows.
+    fresh timestamp, a date picker) would pay on every request (docs/list-planning.md,
+    "The statements of one page").
     """
     return query.after is None and query.changed_since is None and query.offset >= DEEP_OFFSET
 
