@@ -4,7 +4,7 @@ Each process keeps a copy of what the broad filters test and the orders seek, co
 by column and indexed by rowid (`COLUMNS`: four 8-byte instants, eleven 4-byte codes and
 a presence flag, 77 bytes a row): `match_counter.MatchCounter` counts and seeks over
 it, where SQLite would step over every matching index entry or read every matching row
-(match_counter.py says how long that takes).
+(docs/list-planning.md, "Exact totals from a columnar copy").
 
 It follows the data version: every write gives each row it touches a change sequence
 above every earlier one, so the rows with `change_seq` above the copy's version are
