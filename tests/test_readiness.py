@@ -25,12 +25,9 @@ import pytest
 
 from leasestar.applicants import copy_file
 from leasestar.applicants.columnar_copy import COLUMN_TYPES
-from leasestar.applicants.pipeline import write_records
-from leasestar.auth import create_token
-from leasestar.database import open_for_write
-from leasestar.seed.generator import synthetic_applicants
+from tests.applicants.test_copy_file import seeded
 from tests.servers import ROOT, START_TIMEOUT, UVICORN, children, clean_env, free_port, stop
-from tests.test_hardening import serve
+from tests.test_hardening import new_token, serve
 
 ROWS = 3000
 BOUND = "2024-01-01T00:00:00Z"
@@ -41,13 +38,8 @@ WHILE_HELD = 5  # requests of each kind while the lock is held
 @pytest.fixture
 def database(tmp_path: Path) -> tuple[Path, str]:
     path = tmp_path / "large.db"
-    connection = open_for_write(path)
-    try:
-        write_records(connection, synthetic_applicants(ROWS, seed=21))
-        token = create_token(connection, "ready")
-    finally:
-        connection.close()
-    return path, token
+    seeded(path, ROWS, seed=21)
+    return path, new_token(path, "ready")
 
 
 def matches(path: Path) -> int:
