@@ -33,6 +33,8 @@ ROWS = 3000
 BOUND = "2024-01-01T00:00:00Z"
 LIST = f"/v1/applicants?limit=5&updated_at_gte={BOUND}&order-by=last_name"
 WHILE_HELD = 5  # requests of each kind while the lock is held
+STOP_SECONDS = 10  # a server's drain is bounded well below this; a build (or its wait) is not
+RUNNING: list[subprocess.Popen[bytes]] = []  # the servers `started` runs, to stop one early
 
 
 @pytest.fixture
@@ -76,6 +78,7 @@ def started(path: Path, log: Path) -> Iterator[str]:
             stderr=subprocess.STDOUT,
         )
     base = f"http://127.0.0.1:{port}"
+    RUNNING.append(process)
     try:
         deadline = time.monotonic() + START_TIMEOUT
         while True:
@@ -87,6 +90,7 @@ def started(path: Path, log: Path) -> Iterator[str]:
             time.sleep(0.1)
         yield base
     finally:
+        RUNNING.remove(process)
         stop(process)
 
 
@@ -156,3 +160,18 @@ def mappings(pids: list[int], file: Path) -> dict[int, int]:
             if len(fields) == 6 and fields[5] == str(file.resolve()):
                 found[pid] = int(fields[4])
     return found
+
+
+def test_a_server_stopped_while_waiting_for_the_copy_stops_at_once(
+    database: tuple[Path, str], tmp_path: Path
+) -> None:
+    """SIGTERM while the copy is being built (here: waited for, the lock held): the
+    server shuts down at once, not when a build that can take a minute is done."""
+    path, _ = database
+    log = tmp_path / "server.log"
+    with held(path), started(path, log) as base:
+        assert httpx.get(f"{base}/health", timeout=5).status_code == 503
+        (process,) = [p for p in RUNNING if p.poll() is None]
+        process.terminate()
+        process.wait(timeout=STOP_SECONDS)  # (uvicorn ends by raising the signal again)
+        assert "Application shutdown complete" in log.read_text()

@@ -332,3 +332,24 @@ def test_a_file_far_behind_is_written_again_and_mapped(
     assert counter._orders
     assert_copy_is_the_database(counter, path)
     assert_copy_is_the_database(opened(path), path)
+
+
+def test_a_copy_that_cannot_be_written_is_kept_in_memory_with_one_line(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A full disk (or a directory the server may not write): each process keeps the
+    copy it built, as before there was a file, and says so once."""
+
+    def full(*_: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    path = tmp_path / "served.db"
+    seeded(path, 70, seed=18)
+    monkeypatch.setattr(copy_file, "write", full)
+    caplog.set_level(logging.WARNING, LOGGER)
+    counter = opened(path)
+    (line,) = lines_of(caplog, logging.WARNING)
+    assert "cannot write" in line and "kept in memory" in line
+    assert not copy_file.path_of(path).exists()
+    assert counter._columns_file is None
+    assert_copy_is_the_database(counter, path)
