@@ -4,10 +4,11 @@ Each process serves from a copy of what the broad filters test and the orders se
 column by column and indexed by rowid (`COLUMNS`: four 8-byte instants, eleven 4-byte
 codes and a presence flag, 77 bytes a row): `match_counter.MatchCounter` counts and seeks
 over it, where SQLite would step over every matching index entry or read every matching
-row (match_counter.py says how long that takes). The copy lives in a file beside the
-database (`copy_file.py`), which every worker maps: a start maps it instead of reading
-the columns from SQLite, and the workers share its pages. The first to find it missing,
-damaged or of another database builds it, under a lock the others wait on.
+row (docs/list-planning.md, "Exact totals from a columnar copy"). The copy lives in a
+file beside the database (`copy_file.py`), which every worker maps: a start maps it
+instead of reading the columns from SQLite, and the workers share its pages. The first
+to find it missing, damaged or of another database builds it, under a lock the others
+wait on.
 
 It follows the data version: every write gives each row it touches a change sequence
 above every earlier one, so the rows with `change_seq` above the copy's version are

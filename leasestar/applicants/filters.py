@@ -86,6 +86,11 @@ class Filter(QueryParameterSpec):
         """The value of a non-empty parameter (raises InvalidParameter)."""
         return text
 
+    @property
+    def equality(self) -> bool:
+        """Whether the filter holds its column to one value (not a range of it)."""
+        return True
+
     def where(self, column: str, value: FilterValue) -> tuple[str, tuple[FilterValue, ...]]:
         """The SQL condition on `column` (the column, or its planner-hinted form)."""
         return f"{column} = ?", (value,)
@@ -130,6 +135,10 @@ class InstantBound(Filter):
             return parse_instant(text)
         except ValueError:
             raise InvalidParameter(self.name, text, f"{self.name} must be {INSTANT_RULE}") from None
+
+    @property
+    def equality(self) -> bool:
+        return False
 
     def where(self, column: str, value: FilterValue) -> tuple[str, tuple[FilterValue, ...]]:
         return f"{column} {'>=' if self.at_least else '<='} ?", (value,)

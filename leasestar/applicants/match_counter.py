@@ -38,11 +38,8 @@ Scope = frozenset[str] | None
 # gathering every match instead.
 _STEP_FIRST: Final = 1024
 _STEP_SPREAD: Final = 8
-# A page's matches that SQLite reads by rowid and sorts rather than find through an
-# index, at most (8,192: up to where a walk costs less; docs/list-planning.md, "Seeking
-# to where the matches are").
-_CANDIDATES_MOST: Final = 8192
-_CANDIDATES_LOOKED_AT: Final = 1 << 18  # rows of a range tested for them, at most
+# Rows of a range tested for the page's candidates (`Seek.candidates`), at most.
+_CANDIDATES_LOOKED_AT: Final = 1 << 18
 
 
 class Seek(NamedTuple):
@@ -52,7 +49,7 @@ class Seek(NamedTuple):
     ranges: tuple[tuple[str, KeyValue, KeyValue], ...]  # (column, low, high), leading keys
     stepped: int | None  # rows a walk of the lead key's range steps over; None without one
     # The rowids of every match within the ranges (of every match, without ranges) when
-    # they are few (`_CANDIDATES_MOST`): the page is those rows, sorted. None: too many.
+    # they are few (`candidates_most`): the page is those rows, sorted. None: too many.
     candidates: Array | None = None
 
 
@@ -133,7 +130,12 @@ class MatchCounter(ColumnarCopy):
         return {column: int(np.count_nonzero(mask)) for column, mask in masks.items()}
 
     def seek(
-        self, query: ApplicantQuery, scope: Scope, order: tuple[SortKey, ...], wanted: int
+        self,
+        query: ApplicantQuery,
+        scope: Scope,
+        order: tuple[SortKey, ...],
+        wanted: int,
+        candidates_most: int,
     ) -> Seek:
         """The matches, and where in `order` a page's first `wanted` of them lie.
 
@@ -154,7 +156,7 @@ class MatchCounter(ColumnarCopy):
         ranges: list[tuple[str, KeyValue, KeyValue]] = []
         stepped: int | None = None
         within, count = matches, found
-        candidates = np.flatnonzero(matches) if found <= _CANDIDATES_MOST else None
+        candidates = np.flatnonzero(matches) if found <= candidates_most else None
         for number, key in enumerate(order):
             if key.field not in COLUMNS or not count:
                 break
@@ -168,19 +170,29 @@ class MatchCounter(ColumnarCopy):
                 stepped = level_stepped
             following = order[number + 1].field if number + 1 < len(order) else None
             if low != high or following not in COLUMNS:
-                candidates = self._matches_between(key.field, order_of, within, count, low, high)
+                candidates = self._matches_between(
+                    key.field, order_of, within, count, low, high, most=candidates_most
+                )
                 break
             within = within & (self._columns[key.field] == order_of.stored(low))
             count = int(np.count_nonzero(within))
         return Seek(found, tuple(ranges), stepped, candidates)
 
     def _matches_between(
-        self, column: str, order_of: Order, within: Array, count: int, low: int, high: int
+        self,
+        column: str,
+        order_of: Order,
+        within: Array,
+        count: int,
+        low: int,
+        high: int,
+        *,
+        most: int,
     ) -> Array | None:
         """The rowids of the `count` matches (`within`) whose key in `column`'s order is
-        within [low, high], when there are at most `_CANDIDATES_MOST` of them: from the
-        matches when they are that few, else from the rows in that range of the order."""
-        if count <= _CANDIDATES_MOST:
+        within [low, high], when there are at most `most` of them: from the matches when
+        they are that few, else from the rows in that range of the order."""
+        if count <= most:
             matched = np.flatnonzero(within)
             keys_of = order_of.keys(self._columns[column].take(matched))
             return matched[(keys_of >= low) & (keys_of <= high)]
@@ -191,7 +203,7 @@ class MatchCounter(ColumnarCopy):
             return None
         in_range = rowids[start:end]
         kept = within[in_range]
-        if np.count_nonzero(kept) > _CANDIDATES_MOST:
+        if np.count_nonzero(kept) > most:
             return None
         return in_range[kept]
 

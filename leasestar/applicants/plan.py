@@ -147,8 +147,9 @@ def build_where(
         params.extend(keyset.params)
     if scope is not None:
         ordered = sorted(scope)
-        hint = "+" if hinted("integration_id") else ""
-        clauses.append(f"{hint}integration_id IN ({', '.join('?' * len(ordered))})")
+        column = APPLICANTS.scope_column
+        hint = "+" if hinted(column) else ""
+        clauses.append(f"{hint}{column} IN ({', '.join('?' * len(ordered))})")
         params.extend(ordered)
     if not clauses:
         return SqlFragment("")

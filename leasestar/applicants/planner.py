@@ -24,6 +24,7 @@ from leasestar.applicants.filters import FILTERS_BY_NAME
 from leasestar.applicants.match_counter import MatchCounter
 from leasestar.applicants.ordering import total_order
 from leasestar.applicants.query import ApplicantQuery
+from leasestar.applicants.records import SortKey
 from leasestar.applicants.resource import APPLICANTS
 
 Scope = frozenset[str] | None
@@ -33,9 +34,6 @@ SeekRanges = tuple[tuple[str, KeyValue, KeyValue], ...]  # (column, low, high) o
 # query's filters in its order) instead of stepping over every skipped row.
 CHECKPOINT_EVERY: Final = 1000
 DEEP_OFFSET: Final = 10 * CHECKPOINT_EVERY
-FILTER_ORDER_INDEXES: Final = APPLICANTS.filter_order_indexes
-ORDER_INDEXES: Final = APPLICANTS.order_indexes
-WALK_INDEX_CARRIES: Final = APPLICANTS.walk_index_carries
 # What each read costs per row, relative to collecting one match (a filter's index
 # entry, its row read for the sort keys and body, and its share of the sort; ~3-4 us):
 # walking an index and reading each row to test the filters ~0.8 us; walking an index
@@ -45,6 +43,9 @@ WALK_INDEX_CARRIES: Final = APPLICANTS.walk_index_carries
 WALK_READING_ROWS_COST: Final = 0.25
 WALK_INDEX_ONLY_COST: Final = 0.04
 ROWID_READ_COST: Final = 0.4
+# A page's matches read by rowid, at most: up to where a walk costs less (8,192;
+# docs/list-planning.md, "Seeking to where the matches are").
+ROWID_READ_MOST: Final = 8192
 
 
 class Read(enum.Enum):
@@ -114,8 +115,8 @@ class Needed(enum.Enum):
     """What a query's choice reads (`stats_needed`)."""
 
     NOTHING = "nothing"
-    COPY = "copy"  # the copy when it answers the query; without it, the index is read
-    SIZES = "sizes"  # the copy when it answers the query; else `Sizes`
+    COPY = "copy"  # the copy, once read; without it, the index is read as it is
+    COPY_OR_SIZES = "copy or sizes"  # the copy, once read; without it, `Sizes`
 
 
 def shape(query: ApplicantQuery) -> tuple[object, ...]:
@@ -132,12 +133,21 @@ def shape(query: ApplicantQuery) -> tuple[object, ...]:
     )
 
 
-@lru_cache(maxsize=4096)  # pure; the same few query shapes recur
 def stats_needed(query: ApplicantQuery, scope: Scope) -> Needed:
-    """Whether the choice depends on how many rows match (and so on `stats`)."""
-    if _index_read(query, scope) is None:
-        return Needed.SIZES
-    return Needed.COPY if _sorts_without_index(query) else Needed.NOTHING
+    """Which statistics the choice of `query`'s read depends on."""
+    return _stats_needed(_filter_names(query), query.order_by, scope)
+
+
+@lru_cache(maxsize=4096)  # pure; keyed by what it reads, not by the filters' values
+def _stats_needed(names: tuple[str, ...], order_by: tuple[SortKey, ...], scope: Scope) -> Needed:
+    if not _one_index_serves(names, order_by, scope):
+        return Needed.COPY_OR_SIZES  # every filter a broad one: the copy holds them all
+    copied = all(FILTERS_BY_NAME[name].broad for name in names)
+    return Needed.COPY if copied and _sorts_without_index(order_by) else Needed.NOTHING
+
+
+def _filter_names(query: ApplicantQuery) -> tuple[str, ...]:
+    return tuple(name for name, _ in query.filters)
 
 
 def choose(query: ApplicantQuery, scope: Scope, stats: Stats | None) -> ReadPlan:
@@ -147,20 +157,20 @@ def choose(query: ApplicantQuery, scope: Scope, stats: Stats | None) -> ReadPlan
 
 
 def _how(query: ApplicantQuery, scope: Scope, stats: Stats | None) -> How:
-    index_read = _index_read(query, scope)
+    one_index = _one_index_serves(_filter_names(query), query.order_by, scope)
     if isinstance(stats, MatchCounter):
         how = _by_copy(query, scope, stats)
-        if index_read is None:
+        if not one_index:
             return how
         # An index serves filter and order, but SQLite sorts every match of an order of
         # several keys unless told where the page lies: a seek or a walk of the
         # copy's choosing, else the index as it is.
         if how.read is Read.COLLECT:
             return msgspec.structs.replace(how, read=Read.INDEX, collect_by=None)
-        if how.otherwise is COLLECT_ANY:
+        if how.otherwise == COLLECT_ANY:
             return msgspec.structs.replace(how, otherwise=INDEX)
         return how
-    if index_read is not None or stats is None:
+    if one_index or stats is None:
         return INDEX
     return WALK if Costs(query, scope).walks(stats.matches, stats.everything) else COLLECT_ANY
 
@@ -171,13 +181,13 @@ def _by_copy(query: ApplicantQuery, scope: Scope, copy: MatchCounter) -> How:
     matches there are read by rowid. Any other page walks or collects by the counts."""
     costs, everything, version = Costs(query, scope), copy.rows, copy.version
     if query.after is None and not uses_checkpoints(query):
-        found = copy.seek(query, scope, total_order(query.order_by), costs.wanted)
+        found = copy.seek(query, scope, total_order(query.order_by), costs.wanted, ROWID_READ_MOST)
         counted, counted_at = found.matches, version
         # A walk of several ranges that no one index serves tests the keys before the
         # last on every row of it, for a length not estimated: few matches within them
         # are read by rowid.
         several = tuple(column for column, _, _ in found.ranges[:2])
-        unserved = len(several) > 1 and several not in ORDER_INDEXES
+        unserved = len(several) > 1 and several not in APPLICANTS.order_indexes
         if found.candidates is not None and (
             unserved
             or costs.reads_by_rowid(len(found.candidates), found.matches, everything, found.stepped)
@@ -210,12 +220,14 @@ def _by_copy(query: ApplicantQuery, scope: Scope, copy: MatchCounter) -> How:
             return How(Read.COLLECT, collect_by=collect_by, counted=counted, counted_at=counted_at)
         matches = found.matches
     else:
-        matches = copy.count(query, scope)
+        matches, counted, counted_at = copy.count(query, scope), None, None
     collect_by, collected = _collected_by(query, scope, copy)
-    clear = costs.walks_whatever_the_spread(matches, everything, collected)
-    if costs.walks(matches, everything, collected=collected) if clear is None else clear:
-        return WALK
-    return How(Read.COLLECT, collect_by=collect_by)
+    walks = costs.walks_whatever_the_spread(matches, everything, collected)
+    if walks is None:
+        walks = costs.walks(matches, everything, collected=collected)
+    if walks:
+        return How(Read.WALK, counted=counted, counted_at=counted_at)
+    return How(Read.COLLECT, collect_by=collect_by, counted=counted, counted_at=counted_at)
 
 
 def _collected_by(
@@ -242,44 +254,50 @@ def uses_checkpoints(query: ApplicantQuery) -> bool:
     return query.after is None and query.changed_since is None and query.offset >= DEEP_OFFSET
 
 
-@lru_cache(maxsize=4096)  # pure; the same few query shapes recur
-def _index_read(query: ApplicantQuery, scope: Scope) -> bool | None:
-    """False when one index serves the query as SQLite plans it (no hint); None when
-    walking the ordering's index or collecting the matches depends on how many rows
-    match."""
-    specs = [FILTERS_BY_NAME[name] for name, _ in query.filters]
+@lru_cache(maxsize=4096)  # pure; keyed by what it reads, not by the filters' values
+def _one_index_serves(names: tuple[str, ...], order_by: tuple[SortKey, ...], scope: Scope) -> bool:
+    """Whether one index serves the query as SQLite plans it (no hint); else walking
+    the ordering's index or collecting the matches depends on how many rows match."""
+    specs = [FILTERS_BY_NAME[name] for name in names]
     if not specs and scope is None:
-        return False
+        return True
     if not all(spec.broad for spec in specs):
-        return False  # a selective filter's own index always wins
+        return True  # a selective filter's own index always wins
     columns = [spec.column for spec in specs]
-    if scope is not None and len(scope) == 1 and query.value(APPLICANTS.scope_column) is None:
+    if scope is not None and len(scope) == 1 and APPLICANTS.scope_column not in columns:
         columns.append(APPLICANTS.scope_column)
-    lead = total_order(query.order_by)[0].field
-    if len(columns) == 1 and (columns[0], lead) in FILTER_ORDER_INDEXES:
-        return False  # one composite index serves both the filter and the order
-    if scope is None and all(column == lead for column in columns):
-        return False  # every filter is a range of the ordering's own index
-    return None
+    lead = total_order(order_by)[0].field
+    if len(columns) == 1 and (columns[0], lead) in APPLICANTS.filter_order_indexes:
+        return True  # one composite index serves both the filter and the order
+    # Every filter a range of the ordering's own index, or not.
+    return scope is None and all(column == lead for column in columns)
 
 
-def _sorts_without_index(query: ApplicantQuery) -> bool:
+def _sorts_without_index(order_by: tuple[SortKey, ...]) -> bool:
     """An order of several keys led by a column of the columnar copy that no index of
     schema.sql serves: SQLite sorts every match unless told where the page lies."""
-    keys = total_order(query.order_by)
+    keys = total_order(order_by)
     if len(keys) <= 2 or keys[0].field not in APPLICANTS.copy_columns:
         return False
-    served = tuple(key.field for key in keys[:-1]) in ORDER_INDEXES
+    served = tuple(key.field for key in keys[:-1]) in APPLICANTS.order_indexes
     return not (served and len({key.direction for key in keys}) == 1)
 
 
-@lru_cache(maxsize=4096)  # pure; the same few query shapes recur
 def walk_row_cost(query: ApplicantQuery, scope: Scope) -> float:
-    """The cost of a walk per row it steps over (`WALK_INDEX_CARRIES`)."""
-    lead = total_order(query.order_by)[0].field
-    carried = WALK_INDEX_CARRIES.get(lead, frozenset()) | {lead}
-    tested = {FILTERS_BY_NAME[name].column for name, _ in query.filters}
-    if scope is None and query.changed_since is None and tested <= carried:
+    """The cost of a walk per row it steps over (`resource.ListResource.walk_index_carries`)."""
+    return _walk_row_cost(
+        _filter_names(query), query.order_by, scope, query.changed_since is not None
+    )
+
+
+@lru_cache(maxsize=4096)  # pure; keyed by what it reads, not by the filters' values
+def _walk_row_cost(
+    names: tuple[str, ...], order_by: tuple[SortKey, ...], scope: Scope, syncing: bool
+) -> float:
+    lead = total_order(order_by)[0].field
+    carried = APPLICANTS.walk_index_carries.get(lead, frozenset()) | {lead}
+    tested = {FILTERS_BY_NAME[name].column for name in names}
+    if scope is None and not syncing and tested <= carried:
         return WALK_INDEX_ONLY_COST
     return WALK_READING_ROWS_COST
 

@@ -74,7 +74,10 @@ class ListResource:
         for spec in self.filters:
             if spec.broad and spec.column not in self.copy_columns:
                 raise RuntimeError(f"broad filter {spec.name} tests {spec.column}, not copied")
-        equal = {spec.column for spec in self.filters if spec.broad} | {self.scope_column}
+        # An index serves a filter and an order only for an equality on its first key (a
+        # range of it would leave the rest of the index out of order).
+        equal = {spec.column for spec in self.filters if spec.broad and spec.equality}
+        equal.add(self.scope_column)
         object.__setattr__(self, "order_indexes", frozenset(served))
         object.__setattr__(
             self, "filter_order_indexes", frozenset(keys for keys in served if keys[0] in equal)

@@ -26,12 +26,17 @@ from leasestar.applicants.cursors import last_record_start
 from leasestar.applicants.match_counter import MatchCounter
 from leasestar.applicants.ordering import SqlFragment
 from leasestar.applicants.plan import Anchors, Start
-from leasestar.applicants.planner import How, Needed, ReadPlan, Scope, Sizes, Stats
+from leasestar.applicants.planner import How, Needed, Read, ReadPlan, Scope, Sizes, Stats
 from leasestar.applicants.query import ApplicantQuery
 from leasestar.database import ReadPool
 
 COUNT_CACHE_SIZE: Final = 4096
 CHECKPOINT_CACHE_SIZE: Final = 64
+# Choices of how a query shape is read, per copy version; a rowid read's holds up to
+# planner.ROWID_READ_MOST rowids (64 KB), so few of those are kept.
+CHOICE_CACHE_SIZE: Final = 4096
+ROWID_CHOICE_CACHE_SIZE: Final = 64
+_READS_THE_COPY: Final = (Needed.COPY, Needed.COPY_OR_SIZES)
 T = TypeVar("T")
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
@@ -130,7 +135,8 @@ class ApplicantReader:
         self._checkpoints: LRU[tuple[object, ...], tuple[int, Anchors]] = LRU(CHECKPOINT_CACHE_SIZE)
         self._single_flight = SingleFlight()
         # (query shape, scope, copy version) -> how its pages are read, chosen by the copy
-        self._choices: LRU[tuple[object, ...], How] = LRU(COUNT_CACHE_SIZE)
+        self._choices: LRU[tuple[object, ...], How] = LRU(CHOICE_CACHE_SIZE)
+        self._rowid_choices: LRU[tuple[object, ...], How] = LRU(ROWID_CHOICE_CACHE_SIZE)
 
     async def _row(self, statement: SqlFragment, *, on_pool: bool = False) -> Any:
         """The first row of a statement: on the loop within its budget, or on the pool."""
@@ -217,15 +223,14 @@ class ApplicantReader:
         come from the count cache, of any version, and are counted once when unknown.
         """
         needed = planner.stats_needed(query, scope)
-        if needed is Needed.NOTHING:
-            return planner.choose(query, scope, None)
-        if await self._counts_by_copy(query):
+        if needed in _READS_THE_COPY and await self._copy_read():
             key = (planner.shape(query), scope, self._counter.version)
-            how = self._choices.get(key)
+            how = self._choices.get(key) or self._rowid_choices.get(key)
             if how is None:
                 read_plan = planner.choose(query, scope, self._counter)
                 how = read_plan.how
-                self._choices.put(key, how)
+                choices = self._rowid_choices if how.read is Read.ROWIDS else self._choices
+                choices.put(key, how)
                 if how.counted is not None and how.counted_at is not None:
                     # The page's total, at the copy's version: not counted a second time.
                     matches = plan.matches(query, scope)
@@ -233,7 +238,7 @@ class ApplicantReader:
                 return read_plan
             return ReadPlan(query, scope, how)
         stats: Stats | None = None
-        if needed is Needed.SIZES:
+        if needed is Needed.COPY_OR_SIZES:
             stats = await self._sizes(query, scope)
         return planner.choose(query, scope, stats)
 
@@ -297,14 +302,16 @@ class ApplicantReader:
         return _served(read_plan, rows, results, total)
 
     async def _counts_by_copy(self, query: ApplicantQuery) -> bool:
-        """Whether the columnar copy answers this query's counts: once it is ready.
+        """Whether the columnar copy answers this query's counts."""
+        return MatchCounter.covers(query) and await self._copy_read()
+
+    async def _copy_read(self) -> bool:
+        """Whether the columnar copy is ready.
 
         Until then (its file mapped, or built when missing: seconds a million rows), a
         request counts with SQLite rather than wait, and `/health` says why it is not
         ready (`copy_unready`). A failed open is tried again by the next request.
         """
-        if not MatchCounter.covers(query):
-            return False
         if not self._counter.ready:
             self._open_copy()
             return False

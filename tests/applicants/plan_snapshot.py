@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, cast
 from unittest import mock
 
-from leasestar.applicants import match_counter
+from leasestar.applicants import planner
 from leasestar.applicants.ordering import (
     CHANGE_ORDER,
     SORTABLE_FIELDS,
@@ -191,7 +191,7 @@ def _where(
 async def _snapshot(path: Path, out: Any) -> None:
     await _served(path, out)
     out.write("==== never by rowid\n")
-    with mock.patch.object(match_counter, "_CANDIDATES_MOST", -1):
+    with mock.patch.object(planner, "ROWID_READ_MOST", -1):
         await _served(path, out)
 
 

@@ -349,7 +349,8 @@ def test_a_copy_that_cannot_be_written_is_kept_in_memory_with_one_line(
     caplog.set_level(logging.WARNING, LOGGER)
     counter = opened(path)
     (line,) = lines_of(caplog, logging.WARNING)
-    assert "cannot write" in line and "kept in memory" in line
+    assert "cannot write" in line
+    assert "kept in memory" in line
     assert not copy_file.path_of(path).exists()
     assert counter._columns_file is None
     assert_copy_is_the_database(counter, path)

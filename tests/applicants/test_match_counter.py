@@ -201,7 +201,7 @@ def test_the_ranges_of_a_seek_hold_the_first_matches(
         mock.patch.object(match_counter, "_STEP_FIRST", first_chunk),
         mock.patch.object(match_counter, "_STEP_SPREAD", spread),
     ):
-        found = seeded_counter.seek(query, scope, order, wanted)
+        found = seeded_counter.seek(query, scope, order, wanted, 8192)
     assert found.matches == expected_count(connection, query, scope)
     if found.matches == 0:
         assert found.ranges == ()
@@ -256,7 +256,7 @@ def test_the_ranges_of_a_seek_hold_the_first_matches(
 
 
 def test_a_column_not_copied_has_no_range(seeded_counter: MatchCounter) -> None:
-    found = seeded_counter.seek(ApplicantQuery(), None, (SortKey("email_1", "asc"),), 10)
+    found = seeded_counter.seek(ApplicantQuery(), None, (SortKey("email_1", "asc"),), 10, 8192)
     assert (found.matches, found.ranges, found.stepped) == (SEEDED, (), None)
 
 

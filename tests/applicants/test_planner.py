@@ -18,7 +18,7 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from leasestar.applicants import match_counter, plan
+from leasestar.applicants import plan, planner
 from leasestar.applicants.bodies import BodyDecoder
 from leasestar.applicants.match_counter import MatchCounter
 from leasestar.applicants.planner import (
@@ -63,8 +63,14 @@ def copy(seeded: tuple[Path, sqlite3.Connection]) -> MatchCounter:
         (ApplicantQuery(filters=(("email_1", "a@b.c"),)), None, Needed.NOTHING),
         # property_id's index continues with created_at, the default order
         (ApplicantQuery(filters=(("property_id", "p"),)), None, Needed.NOTHING),
-        (ApplicantQuery(filters=(("updated_at_gte", 0),)), None, Needed.SIZES),
-        (ApplicantQuery(), frozenset({"int_a", "int_b"}), Needed.SIZES),
+        (ApplicantQuery(filters=(("updated_at_gte", 0),)), None, Needed.COPY_OR_SIZES),
+        (ApplicantQuery(), frozenset({"int_a", "int_b"}), Needed.COPY_OR_SIZES),
+        # the copy holds no email: SQLite's sizes, or its own plan
+        (
+            ApplicantQuery(filters=(("updated_at_gte", 0), ("email_1", "a@b.c"))),
+            None,
+            Needed.NOTHING,
+        ),
         # no index serves state, city, zip together
         (ApplicantQuery(order_by=parse_order_by("state,city,zip")), None, Needed.COPY),
         (ApplicantQuery(order_by=parse_order_by("last_name,first_name")), None, Needed.NOTHING),
@@ -240,10 +246,11 @@ def test_every_read_plan_reads_the_page_sqlite_orders(
     on that page, and the copy's count while choosing is SQLite's."""
     connection = seeded[1]
     query, scope, where_order, params = data.draw(planned_queries(connection), label="query")
-    with mock.patch.object(match_counter, "_CANDIDATES_MOST", 8192 if rowids else -1):
+    copy_read = data.draw(st.booleans(), label="the copy read")  # else SQLite's sizes
+    with mock.patch.object(planner, "ROWID_READ_MOST", 8192 if rowids else -1):
         needed = stats_needed(query, scope)
-        stats = copy if needed is not Needed.NOTHING and MatchCounter.covers(query) else None
-        if stats is None and needed is Needed.SIZES:
+        stats = copy if copy_read and needed is not Needed.NOTHING else None
+        if not copy_read and needed is Needed.COPY_OR_SIZES:
             everything = connection.execute("SELECT count(*) FROM applicants").fetchone()[0]
             matching = connection.execute(
                 f"SELECT count(*) FROM applicants {where_order.split(' ORDER BY ')[0]}", params

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Iterator
+from dataclasses import replace
 
 import pytest
 
 from leasestar.applicants.filters import FILTERS
-from leasestar.applicants.resource import APPLICANTS
+from leasestar.applicants.resource import APPLICANTS, Index
 from leasestar.database import schema_sql
 
 
@@ -112,3 +113,15 @@ def test_the_copy_reads_together_the_instants_one_index_holds(
     assert sorted(together + tuple(c for group in apart for c in group)) == sorted(
         APPLICANTS.copy_instants
     )
+
+
+def test_an_index_led_by_an_instant_serves_no_filter_on_it() -> None:
+    """A range of an index's first key leaves the rest of it out of order: only an
+    equality filter (or the scope) on it lets the index serve a filter and an order."""
+    with_instant_lead = replace(
+        APPLICANTS,
+        indexes=(*APPLICANTS.indexes, Index("by_both", ("updated_at", "created_at", "id"))),
+    )
+    assert ("updated_at", "created_at") in with_instant_lead.order_indexes
+    assert ("updated_at", "created_at") not in with_instant_lead.filter_order_indexes
+    assert with_instant_lead.filter_order_indexes == APPLICANTS.filter_order_indexes

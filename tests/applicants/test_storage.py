@@ -24,7 +24,7 @@ import msgspec
 import pytest
 from litestar.testing import AsyncTestClient
 
-from leasestar.applicants import match_counter, planner
+from leasestar.applicants import planner, storage
 from leasestar.applicants.pipeline import write_records
 from leasestar.applicants.records import Applicant
 from leasestar.applicants.storage import SingleFlight
@@ -280,7 +280,7 @@ async def test_pages_told_where_their_matches_lie_are_the_pages(
     read through the ranges, or by the rowids of the matches within them (every seed's
     are few enough; each way is made the cheaper in turn)."""
     if read_by == "ranges":
-        monkeypatch.setattr(match_counter, "_CANDIDATES_MOST", -1)
+        monkeypatch.setattr(planner, "ROWID_READ_MOST", -1)
     else:  # by rowid even where a walk of the range would cost less
         monkeypatch.setattr(planner, "ROWID_READ_COST", 0)
     client, traced = traced_client
@@ -325,6 +325,29 @@ async def test_pages_told_where_their_matches_lie_are_the_pages(
         assert any("rowid IN (SELECT value FROM json_each" in sql for sql in traced.statements)
 
 
+async def test_rowid_reads_asked_at_every_offset_keep_few_choices(
+    traced_client: tuple[Client, Traced], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A rowid read's choice holds up to planner.ROWID_READ_MOST rowids: pages a client
+    asks at ever new offsets (each a new choice) keep at most ROWID_CHOICE_CACHE_SIZE of
+    them, not one per offset."""
+    monkeypatch.setattr(planner, "ROWID_READ_COST", 0)  # by rowid wherever the copy can
+    client, traced = traced_client
+    await copy_read(client)
+    traced.statements.clear()
+    asked = storage.ROWID_CHOICE_CACHE_SIZE + 16
+    for offset in range(asked):
+        response = await client.get(
+            "/v1/applicants",
+            params={"order-by": "zip:asc", "last_seen_gte": "2025-01-01", "offset": offset},
+        )
+        assert response.status_code == 200, response.text
+    by_rowid = [sql for sql in traced.statements if "rowid IN (SELECT value FROM json_each" in sql]
+    assert len(by_rowid) >= asked  # every page a rowid read, each chosen anew
+    reader = client.app.state.reader
+    assert len(reader._rowid_choices._entries) == storage.ROWID_CHOICE_CACHE_SIZE
+
+
 async def test_matches_are_collected_through_the_filter_that_keeps_fewest_rows(
     traced_client: tuple[Client, Traced],
     seeded_db: Path,
@@ -336,7 +359,7 @@ async def test_matches_are_collected_through_the_filter_that_keeps_fewest_rows(
     counts as keeping the fewest rows, never the integrations' (found at 1,000,000 rows:
     left to itself SQLite took the integrations' index, 250,000 rows read for the 4,000
     matches of a bound that kept 12,000: 3.5 s a page instead of ~40 ms)."""
-    monkeypatch.setattr(match_counter, "_CANDIDATES_MOST", -1)  # never read by rowid
+    monkeypatch.setattr(planner, "ROWID_READ_MOST", -1)  # never read by rowid
     client, traced = traced_client
     scope = ("int_mri_01", "int_entrata_01")
     scoped = create_token(db, "two-integrations", scope)
@@ -381,7 +404,7 @@ async def test_keys_a_seek_holds_to_one_value_leave_the_page_statements_order(
     so state, city and zip are each one value) is ordered by the id alone, which the last
     key's index, (zip, id), gives in order (found at 1,000,000 rows: ordered by all four
     keys, SQLite sorted the 100,000 rows where zip is NULL, ~180 ms a page)."""
-    monkeypatch.setattr(match_counter, "_CANDIDATES_MOST", -1)  # read through the ranges
+    monkeypatch.setattr(planner, "ROWID_READ_MOST", -1)  # read through the ranges
     client, traced = traced_client
     expected = first_value(seeded_db, "SELECT id FROM applicants ORDER BY state, city, zip, id")
     await copy_read(client)
