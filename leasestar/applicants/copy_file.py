@@ -94,6 +94,10 @@ class Mapped:
     present: Array
     columns: dict[str, Array]
     orders: dict[str, tuple[Array, Array]]  # column -> (rowids, keys) in key order
+    # The orders' sections, their CRCs checked when an order is first used (`intact`):
+    # most of the file, which a start then need not read (and a worker never reads the
+    # orders it does not serve).
+    unchecked: dict[str, tuple[Section, Section]]
 
 
 def path_of(database: Path) -> Path:
@@ -214,9 +218,10 @@ def write(
 
 def load(database: Path, expected: Mapping[str, type]) -> Mapped:
     """The copy's file mapped copy-on-write, if it holds the `expected` columns (of
-    those types), every section's CRC checked (which also reads it into the page cache,
-    where counting would otherwise fault it in on the first requests). Raises
-    `Unusable`; OSError when it cannot be opened at all."""
+    those types), the CRC of the presence flags and of every column checked (which also
+    reads them into the page cache, where counting would otherwise fault them in on the
+    first requests; the orders' are checked when first used). Raises `Unusable`;
+    OSError when it cannot be opened at all."""
     path = path_of(database)
     descriptor = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     try:
@@ -242,22 +247,32 @@ def load(database: Path, expected: Mapping[str, type]) -> Mapped:
     except msgspec.MsgspecError as error:
         raise Unusable(f"its description is damaged ({error})") from None
     arrays: dict[str, Array] = {}
+    sections: dict[str, Section] = {}
     view = memoryview(mapped)
     for section in description.sections:
         dtype = np.dtype(section.dtype)
         end = section.offset + section.count * dtype.itemsize
         if section.offset < _HEADER_BYTES or end > at:
             raise Unusable(f"its section {section.name} lies outside its sections")
-        if _crc(view[section.offset : end]) != section.crc:
+        if "/" not in section.name and _crc(view[section.offset : end]) != section.crc:
             raise Unusable(f"its section {section.name} is damaged")
         arrays[section.name] = np.frombuffer(mapped, dtype, section.count, section.offset)
+        sections[section.name] = section
     _check_shapes(description, arrays, expected)
     columns = {column: arrays[column] for column in expected}
     orders = {c: (arrays[f"order/{c}"], arrays[f"keys/{c}"]) for c in columns}
     for rowids, keys in orders.values():
         rowids.flags.writeable = keys.flags.writeable = False
+    unchecked = {c: (sections[f"order/{c}"], sections[f"keys/{c}"]) for c in columns}
     file = (status.st_dev, status.st_ino)
-    return Mapped(description, file, arrays["present"].view(np.bool_), columns, orders)
+    present = arrays["present"].view(np.bool_)
+    return Mapped(description, file, present, columns, orders, unchecked)
+
+
+def intact(order: tuple[Array, Array], sections: tuple[Section, Section]) -> bool:
+    """Whether a column's order, mapped unchecked (`Mapped.unchecked`), holds what its
+    file's CRCs say."""
+    return all(_crc(a.data.cast("B")) == s.crc for a, s in zip(order, sections, strict=True))
 
 
 def _check_shapes(

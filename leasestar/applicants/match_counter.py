@@ -289,11 +289,11 @@ class MatchCounter(ColumnarCopy):
         """(rowids, their keys) of every row in `column`'s order: the file's until a
         change is written over the copy, then sorted once per change (and of the ranks)."""
         cached = self._sorted.get(column)
-        stored = self._orders.get(column)
-        stale = cached is None or cached[0] is not order_of
-        if stale and stored is not None and order_of.keys_are_values:
+        if (cached is None or cached[0] is not order_of) and order_of.keys_are_values:
             # As the file holds them (shared by every worker), while nothing changed.
-            cached = self._sorted[column] = (order_of, *stored)
+            stored = self._file_order(column)
+            if stored is not None:
+                cached = self._sorted[column] = (order_of, *stored)
         if cached is None or cached[0] is not order_of:
             present = np.flatnonzero(self._present)
             keys = order_of.keys(self._columns[column].take(present))

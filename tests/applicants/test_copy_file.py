@@ -354,3 +354,27 @@ def test_a_copy_that_cannot_be_written_is_kept_in_memory_with_one_line(
     assert not copy_file.path_of(path).exists()
     assert counter._columns_file is None
     assert_copy_is_the_database(counter, path)
+
+
+def test_a_damaged_order_is_sorted_here_instead_with_one_line(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The orders' CRCs are checked when an order is first used, not at the start (most
+    of the file): a damaged one is not used, and the column is sorted in the process."""
+    path = tmp_path / "served.db"
+    seeded(path, 90, seed=19)
+    opened(path)
+    mapped = copy_file.load(path, COLUMN_TYPES)
+    (keys,) = [s for s in mapped.description.sections if s.name == "keys/last_name"]
+    del mapped
+    with copy_file.path_of(path).open("r+b") as file:
+        file.seek(keys.offset + 1)
+        byte = file.read(1)
+        file.seek(keys.offset + 1)
+        file.write(bytes([byte[0] ^ 0x40]))
+    caplog.set_level(logging.INFO, LOGGER)
+    counter = opened(path)
+    assert caplog.records == []
+    assert_copy_is_the_database(counter, path)  # every order used
+    (line,) = lines_of(caplog, logging.WARNING)
+    assert "its order of last_name is damaged" in line
