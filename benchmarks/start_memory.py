@@ -8,6 +8,10 @@ first list requests below answers, and each worker's memory once they have (from
 `/proc/PID/smaps_rollup`: the worker, not the `serve` process that supervises it).
 `--cold` drops the page cache first (root). `--components` instead loads the columnar
 copy in this process and reports each part's size and time. One JSON object on stdout.
+
+The server is `python -m leasestar`, which imports from the current directory first: to
+measure another checkout, run from it (`cd OTHER && PYTHONPATH=$PWD python
+/path/to/start_memory.py DB`).
 """
 
 from __future__ import annotations
