@@ -41,6 +41,7 @@ from leasestar.webhooks.metrics import WebhookCollector
 from leasestar.webhooks.routes import WebhookController
 
 UNAUTHENTICATED_PATHS = ["^/schema", "^/health", "^/metrics"]
+COPY_WAIT_SECONDS = 1.0
 
 
 def create_app(settings: Settings | None = None, *, direct_route: bool = True) -> Litestar:
@@ -75,7 +76,9 @@ def create_app(settings: Settings | None = None, *, direct_route: bool = True) -
         pool = ReadPool(settings.db_path, settings.read_connections)
         await pool.open()
         reader = ApplicantReader(pool)
-        reader.start()
+        # Opened in the background; a small database's copy is ready before the server
+        # listens, a large one's while `/health` says it is not (503).
+        await reader.copy_ready_within(COPY_WAIT_SECONDS)
         app.state.read_pool = pool
         app.state.database_file = DatabaseFile.of(settings.db_path)
         app.state.reader = reader

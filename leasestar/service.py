@@ -91,15 +91,18 @@ class ServiceController(Controller):
         summary="Liveness and database check",
         exclude_from_auth=True,
         media_type=MediaType.JSON,
-        response_description="The database answers.",
+        response_description="The database answers and the columnar copy is ready.",
         responses=error_responses(400, 405, 413, 414, 431, 500, 503),
         operation_class=operation_class(public=True),
     )
     async def health(self, request: Request[Any, Any, State]) -> Response[HealthStatus]:
         """`{"status": "ok"}` when the server's connections and a new connection both read
-        the database file it opened; 503 with the error body otherwise. No token needed."""
+        the database file it opened, and the columnar copy is ready (every list then
+        answers at its normal latency); 503 with the error body otherwise, saying why.
+        No token needed."""
         pool: ReadPool = request.app.state.read_pool
         database: DatabaseFile = request.app.state.database_file
+        reader: ApplicantReader = request.app.state.reader
         try:
             await pool.check()
             await asyncio.to_thread(database.check)
@@ -108,6 +111,9 @@ class ServiceController(Controller):
             return cast(
                 "Response[HealthStatus]", error_response(503, "the database is unavailable")
             )
+        unready = reader.copy_unready()
+        if unready is not None:
+            return cast("Response[HealthStatus]", error_response(503, f"not ready: {unready}"))
         replica = _replica_health(request.app.state)
         return Response(HealthStatus(status="ok", replica=replica or msgspec.UNSET))
 

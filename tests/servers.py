@@ -43,6 +43,9 @@ def wait_for_health(base_url: str, process: subprocess.Popen[Any], log: Path) ->
         except httpx.TransportError:
             time.sleep(0.1)
             continue
+        if response.status_code == 503 and "not ready" in response.json()["error"]["message"]:
+            time.sleep(0.1)  # the columnar copy is being opened (or built)
+            continue
         assert response.status_code == 200
         assert response.json() == {"status": "ok"}
         return

@@ -286,9 +286,14 @@ class MatchCounter(ColumnarCopy):
         return int(np.searchsorted(keys, high, "right") - np.searchsorted(keys, low, "left"))
 
     def _in_order(self, column: str, order_of: Order) -> tuple[Array, Array]:
-        """(rowids, their keys) of every row in `column`'s order: sorted once per change
-        of the copy (and of the ranks)."""
+        """(rowids, their keys) of every row in `column`'s order: the file's until a
+        change is written over the copy, then sorted once per change (and of the ranks)."""
         cached = self._sorted.get(column)
+        if (cached is None or cached[0] is not order_of) and order_of.keys_are_values:
+            # As the file holds them (shared by every worker), while nothing changed.
+            stored = self._file_order(column)
+            if stored is not None:
+                cached = self._sorted[column] = (order_of, *stored)
         if cached is None or cached[0] is not order_of:
             present = np.flatnonzero(self._present)
             keys = order_of.keys(self._columns[column].take(present))

@@ -13,7 +13,6 @@ planned: docs/list-planning.md.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import sqlite3
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Hashable
@@ -22,6 +21,7 @@ from typing import Any, Final, Generic, NamedTuple, TypeVar, cast
 
 from leasestar.applicants import plan, planner
 from leasestar.applicants.bodies import DICTIONARIES, BodyDecoder, UnknownDictionary
+from leasestar.applicants.columnar_copy import Closing
 from leasestar.applicants.cursors import last_record_start
 from leasestar.applicants.match_counter import MatchCounter
 from leasestar.applicants.ordering import SqlFragment
@@ -306,19 +306,31 @@ class ApplicantReader:
         return MatchCounter.covers(query) and await self._copy_read()
 
     async def _copy_read(self) -> bool:
-        """Whether the columnar copy has been read.
+        """Whether the columnar copy is ready.
 
-        While the copy's first read (started with the server) runs, a request that needs
-        it waits for it, where counting the same combinations with SQLite took seconds
-        each. A failed read is tried again by the next request, which meanwhile counts
-        with SQLite.
+        Until then (its file mapped, or built when missing: seconds a million rows), a
+        request counts with SQLite rather than wait, and `/health` says why it is not
+        ready (`copy_unready`). A failed open is tried again by the next request.
         """
-        if self._counter.version is None:
-            if self._first_read is None or self._first_read.done():
-                self._first_read = asyncio.create_task(self._read_copy())
-                return False
-            await asyncio.shield(self._first_read)
-        return self._counter.version is not None
+        if not self._counter.ready:
+            self._open_copy()
+            return False
+        return True
+
+    def copy_unready(self) -> str | None:
+        """Why the columnar copy is not ready yet (None: it is); opened again if its
+        last try failed."""
+        if self._counter.ready:
+            return None
+        self._open_copy()
+        return self._counter.progress
+
+    async def copy_ready_within(self, seconds: float) -> None:
+        """Wait up to `seconds` for the copy (a small database's is ready in
+        milliseconds: its server then never says it is not)."""
+        self._open_copy()
+        if self._first_read is not None:
+            await asyncio.wait([self._first_read], timeout=seconds)
 
     async def _count_matches(self, read_plan: ReadPlan, version: int) -> tuple[int, int]:
         """(data version, matches of the query at that version): from the columnar
@@ -334,17 +346,22 @@ class ApplicantReader:
         self._remember_total(matches, counted_version, counted)
         return counted_version, counted
 
-    def start(self) -> None:
-        """Begin reading the columnar copy now, before the first request needs it."""
-        if self._first_read is None:
+    def _open_copy(self) -> None:
+        """Begin opening the columnar copy (unless it is ready, or being opened)."""
+        if not self._counter.ready and (self._first_read is None or self._first_read.done()):
             self._first_read = asyncio.create_task(self._read_copy())
 
     async def _read_copy(self) -> None:
-        with contextlib.suppress(sqlite3.Error, OSError):
+        try:
             await self._counter.catch_up()
+        except (sqlite3.Error, OSError) as error:
+            self._counter.progress = f"the columnar copy could not be opened ({error})"
+        except Closing:
+            pass
 
     async def close(self) -> None:
-        """Wait for the copy's first read, if it is still running (it cannot be stopped)."""
+        """Stop the copy's build, if one runs (at its next step), and wait for it."""
+        await self._counter.close()
         if self._first_read is not None:
             await asyncio.wait([self._first_read])
 

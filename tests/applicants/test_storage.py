@@ -100,7 +100,7 @@ async def copy_read(client: Client) -> None:
     reader = client.app.state.reader
     await total(client, property_id="starts-the-read")
     for _ in range(COPY_READ_POLLS):
-        if reader._counter.version is not None:
+        if reader._counter.ready:
             return
         await asyncio.sleep(0.01)
     raise AssertionError("the columnar copy was not read in 30 s")

@@ -1,0 +1,310 @@
+"""The columnar copy's file beside the database, `<db>-columns`: what a start maps.
+
+Read from SQLite, the copy took ~1 s a million rows in every worker at every start, and
+each worker held its own (docs/list-planning.md, "The copy beside the database"). Written
+once to this file, a start maps it instead (`np.frombuffer` over a copy-on-write
+`mmap`), and every worker reads the same pages of the page cache: a worker's own memory
+holds only the pages it writes when it follows a change (`columnar_copy.py`).
+
+Layout: a fixed header (`MAGIC`, `FORMAT_VERSION`, where the description lies, its
+length and CRC-32), the sections, each on a page boundary: the presence flags, every
+copied column by rowid, and for each column its rows in key order (rowids and sorted
+keys, what `match_counter` seeks in; `orders`); then the description (`Description`,
+JSON: which database file and data version the copy is of, its code tables, where each
+section lies and its CRC-32). Codes are numbered in the values' sorted order
+(NULL first, as in SQLite), so a coded column's codes are its sort keys.
+
+A file is written whole under a temporary name, synced, its magic written last and
+synced again, then renamed over the path: a reader sees the old file or the new one, and
+a file cut short or written in part has no magic or a section its CRC refuses. Any file
+that fails a check is not used (`Unusable`, one line saying why): the copy is built
+again from the database.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import glob
+import mmap
+import os
+import sqlite3
+import stat
+import struct
+import tempfile
+import zlib
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+import msgspec
+import numpy as np
+import numpy.typing as npt
+
+Array = npt.NDArray[Any]
+
+MAGIC: Final = b"LSCOLUMN"
+FORMAT_VERSION: Final = 1
+# magic, format version, where the description lies (after the sections), its length, CRC
+_HEADER: Final = struct.Struct("<8sIQII")
+_HEADER_BYTES: Final = 32
+_ALIGN: Final = mmap.PAGESIZE
+_TEMPORARY: Final = ".tmp"  # the suffix of a file being written
+_CRC_CHUNK: Final = 1 << 24  # CRC-32 over 16 MiB at a time (zlib releases the GIL for each)
+
+
+class Unusable(Exception):
+    """The file cannot be trusted for this database; the message says why, in one line."""
+
+
+class Section(msgspec.Struct, array_like=True, frozen=True):
+    name: str  # "present", a column, "order/<column>" or "keys/<column>"
+    dtype: str
+    offset: int
+    count: int
+    crc: int
+
+
+class Identity(msgspec.Struct, array_like=True, frozen=True):
+    """Which database, and which state of it, a copy is of."""
+
+    key: str  # the database's cursor key (hex): another database has another
+    device: int  # the file it was read from: a file replaced under the path is another
+    inode: int
+    change_seq: int  # the data version the copy holds
+    # (change_seq, rowid) of the row written last at or before that version: a database
+    # restored from a backup and written since has another history up to there.
+    last_row: tuple[int, int] | None
+
+
+class Description(msgspec.Struct, frozen=True):
+    identity: Identity
+    rows: int  # rows present
+    codes: dict[str, list[str | None]]  # per coded column, its values in code order
+    sections: list[Section]
+
+
+@dataclass(frozen=True, slots=True)
+class Mapped:
+    """A copy as the file holds it: its arrays lie in the file's pages."""
+
+    description: Description
+    file: tuple[int, int] | None  # (device, inode) of the file mapped; None: in memory
+    present: Array
+    columns: dict[str, Array]
+    orders: dict[str, tuple[Array, Array]]  # column -> (rowids, keys) in key order
+    # The orders' sections, their CRCs checked when an order is first used (`intact`):
+    # most of the file, which a start then need not read (and a worker never reads the
+    # orders it does not serve).
+    unchecked: dict[str, tuple[Section, Section]]
+
+
+def path_of(database: Path) -> Path:
+    return database.with_name(database.name + "-columns")
+
+
+def lock_path(database: Path) -> Path:
+    return database.with_name(database.name + "-columns.lock")
+
+
+@contextlib.contextmanager
+def locked(database: Path) -> Iterator[None]:
+    """Held by the one process building or writing the copy's file; BlockingIOError
+    while another holds it (a waiter polls, so that a server stopping stops waiting)."""
+    descriptor = os.open(lock_path(database), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        yield
+    finally:
+        os.close(descriptor)
+
+
+def identity_of(connection: sqlite3.Connection, database: Path) -> Identity:
+    """The identity of the database in `connection`'s open transaction."""
+    status = os.stat(database)
+    key, version = connection.execute("SELECT cursor_key, change_seq FROM sync_state").fetchone()
+    return Identity(
+        bytes(key).hex(), status.st_dev, status.st_ino, int(version), _last_row(connection, version)
+    )
+
+
+def _last_row(connection: sqlite3.Connection, version: int) -> tuple[int, int] | None:
+    found = connection.execute(
+        "SELECT change_seq, rowid FROM applicants WHERE change_seq <= ? "
+        "ORDER BY change_seq DESC LIMIT 1",
+        (version,),
+    ).fetchone()
+    return None if found is None else (int(found[0]), int(found[1]))
+
+
+def check_identity(copy: Identity, connection: sqlite3.Connection, database: Path) -> None:
+    """Raise `Unusable` unless the copy is of this database file, at its version or
+    before it, with the same history up to there (in `connection`'s transaction)."""
+    now = identity_of(connection, database)
+    if copy.key != now.key:
+        raise Unusable("it is of another database")
+    if (copy.device, copy.inode) != (now.device, now.inode):
+        raise Unusable("the database file was replaced since it was written")
+    if copy.change_seq > now.change_seq:
+        raise Unusable(f"it holds version {copy.change_seq}, after the database's {now.change_seq}")
+    if _last_row(connection, copy.change_seq) != copy.last_row:
+        raise Unusable("the database's history up to its version is not the one it copied")
+
+
+def write(
+    database: Path,
+    identity: Identity,
+    present: Array,
+    columns: Iterable[tuple[str, Array]],
+    codes: dict[str, list[str | None]],
+) -> None:
+    """Write the copy's file whole, with every column's order, and rename it over the
+    path (under `locked`: a temporary file left beside it is a killed writer's, removed
+    here). `columns` is taken one at a time; `codes` (numbered in sorted order) is read
+    once they all have been."""
+    target = path_of(database)
+    for left in target.parent.glob(f"{glob.escape(target.name)}.*{_TEMPORARY}"):
+        left.unlink(missing_ok=True)
+    rowids = np.flatnonzero(present)
+    rowid_type = np.int32 if len(present) < 2**31 else np.int64
+    descriptor, temporary = tempfile.mkstemp(_TEMPORARY, target.name + ".", target.parent)
+    try:
+        # Readable by whoever may read the database: it holds its columns.
+        os.fchmod(descriptor, stat.S_IMODE(os.stat(database).st_mode))
+        with os.fdopen(descriptor, "wb") as out:
+            sections: list[Section] = []
+            offset = _ALIGN
+
+            def put(name: str, array: Array) -> None:
+                nonlocal offset
+                array = np.ascontiguousarray(array)
+                data = array.data.cast("B")  # the bytes as they are, no copy
+                out.seek(offset)
+                out.write(data)
+                crc = _crc(data)
+                sections.append(Section(name, array.dtype.str, offset, len(array), crc))
+                offset = _aligned(offset + array.nbytes)
+
+            put("present", present.astype(np.uint8))
+            for column, values in columns:
+                put(column, values)
+                keys = values.take(rowids)
+                by_key = np.argsort(keys, kind="stable")
+                put(f"order/{column}", rowids.take(by_key).astype(rowid_type))
+                put(f"keys/{column}", keys.take(by_key))
+                del keys, by_key
+            description = msgspec.json.encode(Description(identity, len(rowids), codes, sections))
+            out.seek(offset)
+            out.write(description)
+            out.seek(0)
+            crc = zlib.crc32(description)
+            out.write(
+                _HEADER.pack(bytes(len(MAGIC)), FORMAT_VERSION, offset, len(description), crc)
+            )
+            out.flush()
+            os.fsync(out.fileno())
+            out.seek(0)
+            out.write(MAGIC)  # last: a file without it was never finished
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(temporary, target)
+        _sync_directory(target.parent)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
+
+
+def load(database: Path, expected: Mapping[str, type]) -> Mapped:
+    """The copy's file mapped copy-on-write, if it holds the `expected` columns (of
+    those types), the CRC of the presence flags and of every column checked (which also
+    reads them into the page cache, where counting would otherwise fault them in on the
+    first requests; the orders' are checked when first used). Raises `Unusable`;
+    OSError when it cannot be opened at all."""
+    path = path_of(database)
+    descriptor = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        status = os.fstat(descriptor)
+        size = status.st_size
+        if size < _HEADER_BYTES:
+            raise Unusable(f"it is {size} bytes, shorter than its header")
+        mapped = mmap.mmap(descriptor, 0, access=mmap.ACCESS_COPY)
+    finally:
+        os.close(descriptor)
+    magic, version, at, length, crc = _HEADER.unpack_from(mapped, 0)
+    if magic != MAGIC:
+        raise Unusable("it is not a finished copy (no magic at its start)")
+    if version != FORMAT_VERSION:
+        raise Unusable(f"it is of format {version}, not {FORMAT_VERSION}")
+    if at + length > size:
+        raise Unusable(f"it is cut short ({size} of the {at + length} bytes its header records)")
+    raw = mapped[at : at + length]
+    if zlib.crc32(raw) != crc:
+        raise Unusable("its description is damaged")
+    try:
+        description = msgspec.json.decode(raw, type=Description)
+    except msgspec.MsgspecError as error:
+        raise Unusable(f"its description is damaged ({error})") from None
+    arrays: dict[str, Array] = {}
+    sections: dict[str, Section] = {}
+    view = memoryview(mapped)
+    for section in description.sections:
+        dtype = np.dtype(section.dtype)
+        end = section.offset + section.count * dtype.itemsize
+        if section.offset < _HEADER_BYTES or end > at:
+            raise Unusable(f"its section {section.name} lies outside its sections")
+        if "/" not in section.name and _crc(view[section.offset : end]) != section.crc:
+            raise Unusable(f"its section {section.name} is damaged")
+        arrays[section.name] = np.frombuffer(mapped, dtype, section.count, section.offset)
+        sections[section.name] = section
+    _check_shapes(description, arrays, expected)
+    columns = {column: arrays[column] for column in expected}
+    orders = {c: (arrays[f"order/{c}"], arrays[f"keys/{c}"]) for c in columns}
+    for rowids, keys in orders.values():
+        rowids.flags.writeable = keys.flags.writeable = False
+    unchecked = {c: (sections[f"order/{c}"], sections[f"keys/{c}"]) for c in columns}
+    file = (status.st_dev, status.st_ino)
+    present = arrays["present"].view(np.bool_)
+    return Mapped(description, file, present, columns, orders, unchecked)
+
+
+def intact(order: tuple[Array, Array], sections: tuple[Section, Section]) -> bool:
+    """Whether a column's order, mapped unchecked (`Mapped.unchecked`), holds what its
+    file's CRCs say."""
+    return all(_crc(a.data.cast("B")) == s.crc for a, s in zip(order, sections, strict=True))
+
+
+def _check_shapes(
+    description: Description, arrays: dict[str, Array], expected: Mapping[str, type]
+) -> None:
+    """Raise `Unusable` unless the file holds exactly the expected columns, each as long
+    as the presence flags, and their orders as many rows as are present."""
+    names = {"present", *expected, *(f"{k}/{c}" for c in expected for k in ("order", "keys"))}
+    if set(arrays) != names:
+        raise Unusable("it holds other columns than this version copies")
+    size = len(arrays["present"])
+    for column, dtype in expected.items():
+        if arrays[column].dtype != np.dtype(dtype) or len(arrays[column]) != size:
+            raise Unusable(f"its column {column} is not of this version's type or length")
+        if not len(arrays[f"order/{column}"]) == len(arrays[f"keys/{column}"]) == description.rows:
+            raise Unusable(f"its order of {column} does not hold every row")
+
+
+def _crc(data: memoryview) -> int:
+    crc = 0
+    for start in range(0, len(data), _CRC_CHUNK):
+        crc = zlib.crc32(data[start : start + _CRC_CHUNK], crc)
+    return crc
+
+
+def _aligned(offset: int) -> int:
+    return -(-offset // _ALIGN) * _ALIGN
+
+
+def _sync_directory(directory: Path) -> None:
+    descriptor = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
