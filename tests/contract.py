@@ -29,6 +29,53 @@ SORTABLE: Final = (
     "state",
     "zip",
 )
+# The applicant's top-level fields, in the specification's order (section 2.3).
+RECORD_FIELDS: Final = (
+    "id",
+    "created_at",
+    "updated_at",
+    "last_seen",
+    "x_id",
+    "x_property_id",
+    "x_lead_id",
+    "x_unit_id",
+    "x_unit_id_preferred",
+    "x_lease_id",
+    "property_id",
+    "unit_id_preferred",
+    "integration_id",
+    "integration_vendor",
+    "first_name",
+    "middle_name",
+    "last_name",
+    "email_1",
+    "email_2",
+    "phone_1",
+    "phone_1_type",
+    "phone_2",
+    "phone_2_type",
+    "date_of_birth",
+    "address_1",
+    "address_1_alternate",
+    "address_2",
+    "address_2_alternate",
+    "city",
+    "city_alternate",
+    "state",
+    "state_alternate",
+    "zip",
+    "zip_alternate",
+    "country",
+    "country_alternate",
+    "notes",
+    "type_normalized",
+    "type_raw",
+    "custom_data",
+    "applications",
+    "pets",
+    "screenings",
+    "self_reported_income",
+)
 # The sortable fields schema.sql lets be null.
 NULLABLE_SORTABLE: Final = (
     "first_name",
@@ -53,7 +100,7 @@ DATE_BOUNDS: Final[Mapping[str, tuple[str, str]]] = {
 EQUALITY_FILTERS: Final = ("integration_id", "integration_vendor", "property_id", "x_property_id")
 # Filters of the list route only (unknown parameters on /v1/applicants/{id}).
 LIST_ONLY_FILTERS: Final = (*EQUALITY_FILTERS, "email_1", "phone_1", "x_id")
-SHARED_PARAMETERS: Final = ("offset", "limit", "order-by", *DATE_BOUNDS)
+SHARED_PARAMETERS: Final = ("offset", "limit", "order-by", "fields", *DATE_BOUNDS)
 LIST_ONLY_PARAMETERS: Final = (*LIST_ONLY_FILTERS, "cursor", "changed_since", "wait")
 META_KEYS: Final = ("offset", "limit", "orderBy", "hasMore", "total")
 DEFAULT_LIMIT: Final = 100

@@ -165,10 +165,13 @@ def _list_meta(query: ApplicantQuery, page: ApplicantPage, codec: CursorCodec) -
         total=page.total,
     )
     if has_more and page.returned:
-        _, last = last_record(page.results_json)
-        if last is not None:
-            keys = total_order(query.order_by)
-            after = sort_key_values(keys, last, page.last_change_seq)
+        after = page.last_keys
+        if after is None:  # whole records: the last one holds its keys
+            _, last = last_record(page.results_json)
+            if last is not None:
+                keys = total_order(query.order_by)
+                after = sort_key_values(keys, last, page.last_change_seq)
+        if after is not None:
             meta.next = codec.encode(cursor_state(query, position, after))
     if query.changed_since is not None:
         if page.last_change_seq is not None:
@@ -331,7 +334,7 @@ class ApplicantController(Controller):
         operation_id="listApplicants",
         responses=LIST_RESPONSES,
         summary="List applicants",
-        response_description="One page of applicants.",
+        response_description="One page of applicants (each narrowed to `fields`, if given).",
         operation_class=_operation_with(PARAMETERS, streamed=True),
         media_type=_JSON,
     )
@@ -378,7 +381,7 @@ class ApplicantController(Controller):
         operation_id="getApplicant",
         responses=RECORD_RESPONSES,
         summary="Get an applicant by id",
-        response_description="The applicant.",
+        response_description="The applicant (narrowed to `fields`, if given).",
         operation_class=_operation_with(tuple(p for p in PARAMETERS if not p.list_only)),
         media_type=_JSON,
     )

@@ -45,6 +45,9 @@ class CursorState(msgspec.Struct, frozen=True, array_like=True, forbid_unknown_f
     changed_since: int | None
     position: int
     after: tuple[KeyValue, ...]
+    # `fields=` of the query (None: whole records). Last, with a default: a cursor made
+    # before it was added still reads.
+    fields: tuple[str, ...] | None = None
 
 
 _encoder = msgspec.json.Encoder()

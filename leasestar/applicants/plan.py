@@ -13,6 +13,7 @@ from functools import lru_cache
 from typing import Final
 
 from leasestar.applicants.cursors import KeyValue
+from leasestar.applicants.fields import column_object, from_columns
 from leasestar.applicants.filters import FILTERS_BY_NAME, FilterValue
 from leasestar.applicants.ordering import (
     SqlFragment,
@@ -69,7 +70,7 @@ def record(applicant_id: str, query: ApplicantQuery, scope: Scope) -> SqlFragmen
     where = build_where(query, scope)
     condition = f"{where.sql} AND id = ?" if where.sql else "WHERE id = ?"
     return SqlFragment(
-        f"SELECT {VERSION}, (SELECT CAST(body AS BLOB) FROM {TABLE} {condition})",
+        f"SELECT {VERSION}, (SELECT {_stored_record(query)} FROM {TABLE} {condition})",
         (*where.params, applicant_id),
     )
 
@@ -79,10 +80,20 @@ def stream(query: ApplicantQuery, scope: Scope) -> SqlFragment:
     (`stream.py`)."""
     where = build_where(query, scope)
     return SqlFragment(
-        f"SELECT CAST(body AS BLOB), change_seq FROM {TABLE} {where.sql} "
+        f"SELECT {_stored_record(query)}, change_seq FROM {TABLE} {where.sql} "
         f"{build_order_by(query.order_by)}",
         where.params,
     )
+
+
+def _stored_record(query: ApplicantQuery) -> str:
+    """A row's record as Python reads it: its stored body (`bodies.py`), or, narrowed to
+    fields its columns hold, the served JSON of those (`fields.py`), which the body
+    decoder hands on as it is (it starts with `{`, as the JSON of a database from
+    before does). CAST AS BLOB: the bytes, not text."""
+    if from_columns(query.fields):
+        return f"CAST({column_object(query.fields)} AS BLOB)"
+    return "CAST(body AS BLOB)"
 
 
 def matches(query: ApplicantQuery, scope: Scope) -> SqlFragment:
@@ -232,10 +243,35 @@ def _page_columns(query: ApplicantQuery) -> str:
     last one)."""
     sync = query.changed_since is not None
     sequences = "coalesce(group_concat(change_seq), '')" if sync else "''"
+    if from_columns(query.fields):
+        return _narrowed_page_columns(query, sequences)
     return (
         "count(*), CAST(coalesce(group_concat(body, ''), '') AS BLOB), "
         f"coalesce(group_concat(length(CAST(body AS BLOB))), ''), {sequences}"
     )
+
+
+def _narrowed_page_columns(query: ApplicantQuery, sequences: str) -> str:
+    """`_page_columns` of records narrowed to columns (`fields.from_columns`): the
+    records written from the columns, joined with commas (no body decoded), and each
+    row's total-order key values, a JSON array a line (a raw newline is never inside
+    JSON text): the next cursor's, from the page's last row (`storage.py`)."""
+    assert query.fields is not None
+    keys = ", ".join(order_columns(query.order_by))
+    return (
+        f"count(*), CAST(coalesce(group_concat({column_object(query.fields)}, ','), '') "
+        f"AS BLOB), '', {sequences}, "
+        f"coalesce(group_concat(json_array({keys}), char(10)), '')"
+    )
+
+
+def _row_columns(query: ApplicantQuery) -> str:
+    """What a page's select reads of each row: its stored body and change sequence; for
+    records narrowed to columns, those columns, the change sequence and the order's."""
+    if not from_columns(query.fields):
+        return "body, change_seq"
+    assert query.fields is not None
+    return ", ".join(dict.fromkeys((*query.fields, "change_seq", *order_columns(query.order_by))))
 
 
 def _select(query: ApplicantQuery, scope: Scope, how: How, at: Start | None) -> SqlFragment:
@@ -259,11 +295,13 @@ def _select(query: ApplicantQuery, scope: Scope, how: How, at: Start | None) -> 
         # `+column`), the order's index not walked.
         rowids = SqlFragment("rowid IN (SELECT value FROM json_each(?))", (how.rowids,))
         where = build_where(unkeyed, scope, keyset=rowids, collect_by="rowid")
-        return _one_range(where, build_order_by(query.order_by, sort=True), limit, skip)
+        order_by = build_order_by(query.order_by, sort=True)
+        return _one_range(where, order_by, limit, skip, _row_columns(query))
     if how.read is Read.SEEK:
         sought, pinned = _sought(query, how)
         where = build_where(unkeyed, scope, walk_order=True, keyset=sought)
-        return _one_range(where, build_order_by(query.order_by, skip=pinned), limit, skip)
+        order_by = build_order_by(query.order_by, skip=pinned)
+        return _one_range(where, order_by, limit, skip, _row_columns(query))
     keys = total_order(query.order_by)
     ranges: tuple[SqlFragment, ...] = ()
     if query.after is not None:
@@ -284,14 +322,16 @@ def _select(query: ApplicantQuery, scope: Scope, how: How, at: Start | None) -> 
             keyset=ranges[0] if ranges else None,
             collect_by=how.collect_by if collect else None,
         )
-        return _one_range(where, order_by, limit, skip)
+        return _one_range(where, order_by, limit, skip, _row_columns(query))
     first, then = (build_where(unkeyed, scope, walk_order=walk_order, keyset=r) for r in ranges)
     return _two_ranges(query, first, then, order_by, limit, skip)
 
 
-def _one_range(where: SqlFragment, order_by: str, limit: int, skip: int) -> SqlFragment:
+def _one_range(
+    where: SqlFragment, order_by: str, limit: int, skip: int, columns: str
+) -> SqlFragment:
     return SqlFragment(
-        f"SELECT body, change_seq FROM {TABLE} {where.sql} {order_by} LIMIT ? OFFSET ?",
+        f"SELECT {columns} FROM {TABLE} {where.sql} {order_by} LIMIT ? OFFSET ?",
         (*where.params, limit, skip),
     )
 
@@ -307,8 +347,10 @@ def _two_ranges(
     """The keyset's two ranges as the arms of a UNION ALL: docs/list-planning.md,
     "The page statement"."""
     # change_seq is selected already (and is never null: it never leads two ranges).
-    columns = ", ".join(c for c in order_columns(query.order_by) if c != "change_seq")
-    select = f"SELECT body, change_seq, {columns} FROM {TABLE}"
+    read = _row_columns(query)
+    selected = read.split(", ")
+    columns = ", ".join(c for c in order_columns(query.order_by) if c not in selected)
+    select = f"SELECT {', '.join(filter(None, (read, columns)))} FROM {TABLE}"
     # The second arm wants only what the first leaves of the page (docs/list-planning.md).
     # Bound values are 64-bit: near the largest offset, skip + limit would not fit.
     wanted = min(skip + limit, MAX_OFFSET)

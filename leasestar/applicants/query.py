@@ -15,6 +15,7 @@ from typing import Any, Final
 import msgspec
 
 from leasestar.applicants.cursors import CursorCodec, CursorState, KeyValue
+from leasestar.applicants.fields import FIELDS, Fields, is_selection, parse_fields
 from leasestar.applicants.filters import (
     FILTERS,
     FILTERS_BY_NAME,
@@ -53,6 +54,8 @@ class ApplicantQuery(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     changed_since: int | None = None
     # Keyset: the total-order key values of the last record served (from a cursor).
     after: tuple[KeyValue, ...] | None = None
+    # `fields=`: the records narrowed to these, in the record's order; None: whole.
+    fields: Fields | None = None
 
     def value(self, name: str) -> FilterValue | None:
         """The value of filter `name`, None when it is not given."""
@@ -66,6 +69,9 @@ _SORTABLE_LIST = ", ".join(SORTABLE_FIELDS)
 # The grammar of order-by for OpenAPI (empty, or 1-4 keys); "no field twice" is in words.
 _ORDER_BY_KEY = f"({'|'.join(SORTABLE_FIELDS)})(:([Aa][Ss][Cc]|[Dd][Ee][Ss][Cc]))?"
 _ORDER_BY_PATTERN = f"^({_ORDER_BY_KEY}(,{_ORDER_BY_KEY}){{0,{MAX_ORDER_KEYS - 1}}})?$"
+# The grammar of fields (one or more names); "no field twice" is in words.
+_FIELD_NAME = f"({'|'.join(FIELDS)})"
+_FIELDS_PATTERN = f"^{_FIELD_NAME}(,{_FIELD_NAME})*$"
 # No parameter declares a `default` in the document, though offset, limit and order-by have
 # one (in their descriptions): generated clients send every declared default, and a cursor
 # or the sync feed refuses those beside it (tests/test_openapi.py holds this).
@@ -92,6 +98,18 @@ PARAMETERS: Final[tuple[QueryParameterSpec, ...]] = (
         f"{_SORTABLE_LIST}.",
         schema={"type": "string", "pattern": _ORDER_BY_PATTERN},
         example="last_name:asc,first_name:asc",
+    ),
+    QueryParameterSpec(
+        name="fields",
+        description="Comma-separated top-level fields of the record: each record then "
+        "holds exactly those fields, in the record's order, each written as in the whole "
+        "record (`meta` is unchanged). An unknown or repeated name is a 400 naming it. "
+        "Absent: every field. A cursor (`meta.next`) keeps the selection, so a walk by "
+        "cursor is narrowed throughout; `fields` given with a cursor must match it. The "
+        "response schema stays `Applicant`: a narrowed record lacks the fields not "
+        f"selected. Fields: {', '.join(FIELDS)}.",
+        schema={"type": "string", "pattern": _FIELDS_PATTERN},
+        example="id,first_name,last_name,email_1",
     ),
     *(spec for spec in FILTERS if not spec.list_only),
     *(spec for spec in FILTERS if spec.list_only),
@@ -205,6 +223,8 @@ def _parse(values: dict[str, str]) -> ApplicantQuery:
         fields["limit"] = _integer("limit", values["limit"], 1, MAX_LIMIT)
     if "order-by" in values:
         fields["order_by"] = parse_order_by(values["order-by"])
+    if "fields" in values:
+        fields["fields"] = parse_fields(values["fields"])
     return ApplicantQuery(filters=_filters(values), **fields)
 
 
@@ -249,6 +269,7 @@ def cursor_state(query: ApplicantQuery, position: int, after: tuple[KeyValue, ..
         changed_since=query.changed_since,
         position=position,
         after=after,
+        fields=query.fields,
     )
 
 
@@ -268,6 +289,7 @@ def _from_cursor(text: str, codec: CursorCodec) -> ApplicantQuery:
         or not ordering_known
         or not 1 <= state.limit <= MAX_LIMIT
         or not 0 <= state.position <= MAX_OFFSET
+        or (state.fields is not None and not is_selection(state.fields))
     ):
         raise InvalidParameter("cursor", text, "cursor is not valid")
     return ApplicantQuery(
@@ -277,6 +299,7 @@ def _from_cursor(text: str, codec: CursorCodec) -> ApplicantQuery:
         filters=tuple((spec.name, filters[spec.name]) for spec in FILTERS if spec.name in filters),
         changed_since=state.changed_since,
         after=state.after,
+        fields=state.fields,
     )
 
 

@@ -16,15 +16,18 @@ import asyncio
 import sqlite3
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Hashable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Final, Generic, NamedTuple, TypeVar, cast
+
+import msgspec
 
 from leasestar.applicants import plan, planner
 from leasestar.applicants.bodies import DICTIONARIES, BodyDecoder, UnknownDictionary
 from leasestar.applicants.columnar_copy import Closing
-from leasestar.applicants.cursors import last_record_start
+from leasestar.applicants.cursors import KeyValue, last_record, last_record_start, sort_key_values
+from leasestar.applicants.fields import from_columns, project, project_record
 from leasestar.applicants.match_counter import MatchCounter
-from leasestar.applicants.ordering import SqlFragment
+from leasestar.applicants.ordering import SqlFragment, total_order
 from leasestar.applicants.plan import Anchors, Start
 from leasestar.applicants.planner import How, Needed, Read, ReadPlan, Scope, Sizes, Stats
 from leasestar.applicants.query import ApplicantQuery
@@ -37,6 +40,8 @@ CHECKPOINT_CACHE_SIZE: Final = 64
 CHOICE_CACHE_SIZE: Final = 4096
 ROWID_CHOICE_CACHE_SIZE: Final = 64
 _READS_THE_COPY: Final = (Needed.COPY, Needed.COPY_OR_SIZES)
+# A narrowed page's last key values (`_served_from_columns`).
+_key_values = msgspec.json.Decoder(list[KeyValue])
 T = TypeVar("T")
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
@@ -54,6 +59,9 @@ class ApplicantPage:
     # Cursor pages: whether any record follows the page in that snapshot. Under writes a
     # walk's position says nothing of what is left after its cursor, so hasMore is this.
     more: bool | None = None
+    # Narrowed records (`fields=`), which need not hold the order's keys: the total-order
+    # key values of the last one (None: the page is empty or its records are whole).
+    last_keys: tuple[KeyValue, ...] | None = None
 
 
 class _PageRows(NamedTuple):
@@ -64,6 +72,8 @@ class _PageRows(NamedTuple):
     stored: bytes  # the rows' stored bodies, concatenated
     lengths: str  # their byte lengths, comma-separated
     sequences: str  # the rows' change sequences, comma-separated (sync feed only)
+    # Records narrowed to columns: each row's total-order key values, a JSON array a line
+    keys: str = ""
 
 
 class LRU(Generic[K, V]):
@@ -178,9 +188,12 @@ class ApplicantReader:
         if stored is None:
             return None, int(version)
         try:  # no coroutine for the common case, a dictionary already loaded
-            return self._bodies.decode(stored), int(version)
+            record = self._bodies.decode(stored)
         except UnknownDictionary:
-            return await self._decoded(lambda: self._bodies.decode(stored)), int(version)
+            record = await self._decoded(lambda: self._bodies.decode(stored))
+        if query.fields is not None and not from_columns(query.fields):
+            record = project_record(record, query.fields)
+        return record, int(version)
 
     async def _decoded(self, decode: Callable[[], bytes]) -> bytes:
         """`decode()`, after loading the dictionaries when a body names one not loaded."""
@@ -298,8 +311,11 @@ class ApplicantReader:
             both = await self._row(plan.page_and_count(read_plan, at), on_pool=True)
             rows, total = _PageRows(both[0], *both[2:]), both[1]
             self._remember_total(matches, rows.version, total)
+        if from_columns(read_plan.query.fields):
+            return _served_from_columns(read_plan, rows, total)
         results = await self._decoded(lambda: self._bodies.decode_joined(rows.stored, rows.lengths))
-        return _served(read_plan, rows, results, total)
+        page = _served(read_plan, rows, results, total)
+        return page if read_plan.query.fields is None else _projected(read_plan, page)
 
     async def _counts_by_copy(self, query: ApplicantQuery) -> bool:
         """Whether the columnar copy answers this query's counts."""
@@ -391,7 +407,7 @@ class ApplicantReader:
 
 def _served(read_plan: ReadPlan, rows: _PageRows, results_json: bytes, total: int) -> ApplicantPage:
     """The page to serve: a cursor page's peeked record cut off, and its `more` known."""
-    version, returned, _, _, sequences = rows
+    version, returned, _, _, sequences, _ = rows
     more = None
     if read_plan.query.after is not None:  # a cursor page read one record more
         more = returned > read_plan.query.limit
@@ -401,3 +417,35 @@ def _served(read_plan: ReadPlan, rows: _PageRows, results_json: bytes, total: in
             sequences = sequences.rpartition(",")[0]
     last_seq = int(sequences.rpartition(",")[2]) if sequences else None
     return ApplicantPage(results_json, returned, total, last_seq, version, more)
+
+
+def _served_from_columns(read_plan: ReadPlan, rows: _PageRows, total: int) -> ApplicantPage:
+    """`_served` for records written from the columns (`fields.from_columns`), which
+    need not hold the order's keys: those come in `rows.keys`, a JSON array a row."""
+    version, returned, results, _, sequences, keys = rows
+    query = read_plan.query
+    more = None
+    if query.after is not None:  # a cursor page read one record more
+        more = returned > query.limit
+        if more:
+            returned -= 1
+            # A record's `{"` opens it: within its flat values every `"` is escaped.
+            results = results[: max(results.rfind(b',{"'), 0)]
+            sequences = sequences.rpartition(",")[0]
+            keys = keys.rpartition("\n")[0]
+    last_seq = int(sequences.rpartition(",")[2]) if sequences else None
+    last_keys = tuple(_key_values.decode(keys.rpartition("\n")[2])) if keys else None
+    return ApplicantPage(results, returned, total, last_seq, version, more, last_keys)
+
+
+def _projected(read_plan: ReadPlan, page: ApplicantPage) -> ApplicantPage:
+    """A page of whole records narrowed to the query's fields (`fields.project`), with
+    the key values of its last record, read before they are dropped."""
+    query = read_plan.query
+    assert query.fields is not None
+    _, last = last_record(page.results_json)
+    keys = None
+    if last is not None:
+        keys = sort_key_values(total_order(query.order_by), last, page.last_change_seq)
+    narrowed = project(page.results_json, query.fields)
+    return replace(page, results_json=narrowed, last_keys=keys)

@@ -31,6 +31,7 @@ from typing import Final
 
 from leasestar.applicants import plan
 from leasestar.applicants.bodies import BodyDecoder
+from leasestar.applicants.fields import from_columns, project_record
 from leasestar.applicants.query import ApplicantQuery
 from leasestar.database import BUSY_TIMEOUT_MS, read_uri
 from leasestar.errors import InvalidParameter
@@ -101,6 +102,9 @@ class RecordStream:
         self._sql, self._params = statement.sql, statement.params
         self._path = path
         self._sync_from = query.changed_since  # None: not a sync stream
+        # Fields only the bodies hold, projected from each (those of columns are read
+        # narrowed: `plan.stream`).
+        self._projected = None if from_columns(query.fields) else query.fields
 
     def _open(
         self, made: list[sqlite3.Connection | sqlite3.Cursor]
@@ -148,9 +152,12 @@ class RecordStream:
             cursor, bodies = await loop.run_in_executor(reader, self._open, made)
 
             def batch() -> list[tuple[bytes, int]]:
-                # Decompressed on the stream's thread, with the read.
-                decode = bodies.decode
-                return [(decode(stored), seq) for stored, seq in cursor.fetchmany(STREAM_BATCH)]
+                # Decompressed (and projected) on the stream's thread, with the read.
+                decode, fields = bodies.decode, self._projected
+                rows = cursor.fetchmany(STREAM_BATCH)
+                if fields is not None:
+                    return [(project_record(decode(stored), fields), seq) for stored, seq in rows]
+                return [(decode(stored), seq) for stored, seq in rows]
 
             position = self._sync_from
             while rows := await loop.run_in_executor(reader, batch):

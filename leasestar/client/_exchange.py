@@ -13,18 +13,25 @@ answers. No I/O here, so each client is a thin loop over its own httpx transport
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from email.utils import parsedate_to_datetime
-from typing import TypedDict
+from functools import lru_cache
+from typing import Any, TypedDict
 from urllib.parse import quote
 
 import httpx
 import msgspec
 
 from leasestar.client.errors import error_for
-from leasestar.client.records import Applicant, ApplicantList, ApplicantSingle
+from leasestar.client.records import (
+    Applicant,
+    ApplicantList,
+    ApplicantSingle,
+    PageMeta,
+    narrowed_record,
+)
 
 APPLICANTS: str = "/v1/applicants"
 NDJSON: str = "application/x-ndjson"
@@ -149,10 +156,11 @@ def record_path(applicant_id: str) -> str:
     return f"{APPLICANTS}/{quote(applicant_id, safe=':')}"
 
 
-def next_query(page: ApplicantList) -> dict[str, str] | None:
-    """The query of the page after `page`, or None at the end of the walk."""
-    if page.meta.has_more and isinstance(page.meta.next, str):
-        return {"cursor": page.meta.next}
+def next_query(meta: PageMeta) -> dict[str, str] | None:
+    """The query of the page after the page of `meta`, or None at the end of the walk
+    (the cursor keeps the page's filters, limit and fields)."""
+    if meta.has_more and isinstance(meta.next, str):
+        return {"cursor": meta.next}
     return None
 
 
@@ -177,14 +185,49 @@ _record_decoder = msgspec.json.Decoder(Applicant)
 _MARK_PREFIX = '{"changeSeq":'
 
 
-def stream_item(line: str) -> Applicant | StreamMark | None:
-    """One line of an NDJSON stream: a record, a sequence mark, or nothing (blank)."""
+@dataclass(frozen=True, slots=True)
+class Decoders:
+    """How the answers of one selection of fields decode: whole records into
+    `Applicant`; with `fields=`, into a Struct of those fields (`narrowed_record`)."""
+
+    page: msgspec.json.Decoder[Any]
+    single: msgspec.json.Decoder[Any]
+    record: msgspec.json.Decoder[Any]
+    query: Mapping[str, str]  # what the first request adds: `fields`, or nothing
+
+
+WHOLE = Decoders(list_decoder, single_decoder, _record_decoder, {})
+# A program names a few selections; bounded all the same.
+SELECTIONS_KEPT = 64
+
+
+@lru_cache(maxsize=SELECTIONS_KEPT)
+def _narrowed(fields: tuple[str, ...]) -> Decoders:
+    record = narrowed_record(fields)
+    results = list[record]  # type: ignore[valid-type]
+    page = msgspec.defstruct("ApplicantFieldsList", [("meta", PageMeta), ("results", results)])
+    single = msgspec.defstruct("ApplicantFieldsSingle", [("meta", PageMeta), ("results", record)])
+    return Decoders(
+        msgspec.json.Decoder(page),
+        msgspec.json.Decoder(single),
+        msgspec.json.Decoder(record),
+        {"fields": ",".join(fields)},
+    )
+
+
+def decoders(fields: Sequence[str] | None) -> Decoders:
+    """The decoders of records narrowed to `fields` (None: whole records)."""
+    return WHOLE if fields is None else _narrowed(tuple(fields))
+
+
+def stream_item(line: str, records: Decoders = WHOLE) -> Any:
+    """One line of an NDJSON stream: a record, a `StreamMark`, or None (a blank line)."""
     if not line:
         return None
     # Records never hold a changeSeq key, and the server writes marks with it first.
     if line.startswith(_MARK_PREFIX):
         return _mark_decoder.decode(line)
-    return _record_decoder.decode(line)
+    return records.record.decode(line)
 
 
 class Options(TypedDict, total=False):

@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from itertools import count
 from types import TracebackType
-from typing import Unpack
+from typing import Any, Unpack, overload
 
 import httpx
 
 from leasestar.client._exchange import (
     APPLICANTS,
+    WHOLE,
+    Decoders,
     Exchange,
     ListFilters,
     Options,
@@ -19,11 +21,10 @@ from leasestar.client._exchange import (
     StreamMark,
     SyncFilters,
     Wait,
-    list_decoder,
+    decoders,
     next_query,
     query_of,
     record_path,
-    single_decoder,
     stream_item,
     sync_query,
 )
@@ -51,16 +52,17 @@ class AsyncClient:
         raise AssertionError("unreachable")  # pragma: no cover - count() never ends
 
     async def stream(
-        self, path: str, query: dict[str, str]
-    ) -> AsyncIterator[Applicant | StreamMark]:
-        """The items of an NDJSON stream, as they arrive (after any 429 waits)."""
+        self, path: str, query: dict[str, str], records: Decoders = WHOLE
+    ) -> AsyncIterator[Any]:
+        """The items of an NDJSON stream, as they arrive (after any 429 waits): records
+        (decoded by `records`) and `StreamMark`s."""
         for attempt in count():
             request = self._exchange.build(self._http, path, query, stream=True)
             response = await self._http.send(request, stream=True)
             try:
                 if response.is_success:
                     async for line in response.aiter_lines():
-                        if (item := stream_item(line)) is not None:
+                        if (item := stream_item(line, records)) is not None:
                             yield item
                     return
                 await response.aread()
@@ -117,11 +119,13 @@ class AsyncChangeFeed:
                 self.change_seq = page.meta.change_seq
 
 
-async def _walk(client: AsyncClient, query: dict[str, str] | None) -> AsyncIterator[ApplicantList]:
+async def _walk(
+    client: AsyncClient, query: dict[str, str] | None, records: Decoders = WHOLE
+) -> AsyncIterator[Any]:
     while query is not None:
-        page = list_decoder.decode(await client.get(APPLICANTS, query))
+        page = records.page.decode(await client.get(APPLICANTS, query))
         yield page
-        query = next_query(page)
+        query = next_query(page.meta)
 
 
 class AsyncApplicants:
@@ -130,14 +134,32 @@ class AsyncApplicants:
     def __init__(self, client: AsyncClient) -> None:
         self._client = client
 
-    async def get(self, applicant_id: str) -> Applicant:
-        """One applicant by id; `NotFound` if this token cannot see it."""
-        body = await self._client.get(record_path(applicant_id), {})
-        return single_decoder.decode(body).results
+    @overload
+    async def get(self, applicant_id: str, *, fields: None = None) -> Applicant: ...
+    @overload
+    async def get(self, applicant_id: str, *, fields: Sequence[str]) -> Any: ...
+    async def get(self, applicant_id: str, *, fields: Sequence[str] | None = None) -> Any:
+        """One applicant by id; `NotFound` if this token cannot see it. With `fields`,
+        a record of just those fields."""
+        records = decoders(fields)
+        body = await self._client.get(record_path(applicant_id), dict(records.query))
+        return records.single.decode(body).results
 
-    def pages(self, **filters: Unpack[ListFilters]) -> AsyncIterator[ApplicantList]:
-        """Every page of the list, by cursor: no skips or repeats while data is written."""
-        return _walk(self._client, query_of(filters))
+    @overload
+    def pages(
+        self, *, fields: None = None, **filters: Unpack[ListFilters]
+    ) -> AsyncIterator[ApplicantList]: ...
+    @overload
+    def pages(
+        self, *, fields: Sequence[str], **filters: Unpack[ListFilters]
+    ) -> AsyncIterator[Any]: ...
+    def pages(
+        self, *, fields: Sequence[str] | None = None, **filters: Unpack[ListFilters]
+    ) -> AsyncIterator[Any]:
+        """Every page of the list, by cursor: no skips or repeats while data is written.
+        With `fields`, its records hold just those fields (the cursors keep them)."""
+        records = decoders(fields)
+        return _walk(self._client, {**query_of(filters), **records.query}, records)
 
     def changes(
         self,
@@ -151,14 +173,38 @@ class AsyncApplicants:
         or one NDJSON stream with `stream=True`; a long poll with `wait` (seconds)."""
         return AsyncChangeFeed(self._client, since, filters, wait=wait, stream=stream)
 
-    async def stream(self, **filters: Unpack[StreamFilters]) -> AsyncIterator[Applicant]:
-        """Every applicant matching the filters in one NDJSON answer (one snapshot)."""
-        async for item in self._client.stream(APPLICANTS, query_of(filters)):
+    @overload
+    def stream(
+        self, *, fields: None = None, **filters: Unpack[StreamFilters]
+    ) -> AsyncIterator[Applicant]: ...
+    @overload
+    def stream(
+        self, *, fields: Sequence[str], **filters: Unpack[StreamFilters]
+    ) -> AsyncIterator[Any]: ...
+    async def stream(
+        self, *, fields: Sequence[str] | None = None, **filters: Unpack[StreamFilters]
+    ) -> AsyncIterator[Any]:
+        """Every applicant matching the filters in one NDJSON answer (one snapshot);
+        with `fields`, records of just those fields."""
+        records = decoders(fields)
+        query = {**query_of(filters), **records.query}
+        async for item in self._client.stream(APPLICANTS, query, records):
             if not isinstance(item, StreamMark):
                 yield item
 
-    async def list(self, **filters: Unpack[ListFilters]) -> AsyncIterator[Applicant]:
-        """Every applicant matching the filters, walking the pages by cursor."""
-        async for page in self.pages(**filters):
+    @overload
+    def list(
+        self, *, fields: None = None, **filters: Unpack[ListFilters]
+    ) -> AsyncIterator[Applicant]: ...
+    @overload
+    def list(
+        self, *, fields: Sequence[str], **filters: Unpack[ListFilters]
+    ) -> AsyncIterator[Any]: ...
+    async def list(
+        self, *, fields: Sequence[str] | None = None, **filters: Unpack[ListFilters]
+    ) -> AsyncIterator[Any]:
+        """Every applicant matching the filters, walking the pages by cursor; with
+        `fields`, records of just those fields."""
+        async for page in self.pages(fields=fields, **filters):
             for applicant in page.results:
                 yield applicant

@@ -17,8 +17,9 @@ the two sets of fields equal).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import date, datetime
-from typing import Annotated, Any, Final, Literal
+from typing import Annotated, Any, Final, Literal, cast
 
 import msgspec
 
@@ -164,6 +165,17 @@ class Applicant(Served, kw_only=True):
     pets: list[Pet]
     screenings: list[Screening]
     self_reported_income: list[Income]
+
+
+def narrowed_record(fields: Iterable[str]) -> type[Served]:
+    """The record of an answer asked for with `fields=`: a Struct of the served
+    `Applicant`'s fields named (those this client knows), typed as there."""
+    chosen = set(fields)
+    members = [(f.name, f.type) for f in msgspec.structs.fields(Applicant) if f.name in chosen]
+    return cast(
+        "type[Served]",
+        msgspec.defstruct("ApplicantFields", members, bases=(Served,), kw_only=True),
+    )
 
 
 class SortKey(msgspec.Struct, frozen=True, gc=False):

@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from itertools import count
 from types import TracebackType
-from typing import Unpack
+from typing import Any, Unpack, overload
 
 import httpx
 
 from leasestar.client._exchange import (
     APPLICANTS,
+    WHOLE,
+    Decoders,
     Exchange,
     ListFilters,
     Options,
@@ -19,11 +21,10 @@ from leasestar.client._exchange import (
     StreamMark,
     SyncFilters,
     Wait,
-    list_decoder,
+    decoders,
     next_query,
     query_of,
     record_path,
-    single_decoder,
     stream_item,
     sync_query,
 )
@@ -51,15 +52,16 @@ class Client:
             time.sleep(outcome.seconds)
         raise AssertionError("unreachable")  # pragma: no cover - count() never ends
 
-    def stream(self, path: str, query: dict[str, str]) -> Iterator[Applicant | StreamMark]:
-        """The items of an NDJSON stream, as they arrive (after any 429 waits)."""
+    def stream(self, path: str, query: dict[str, str], records: Decoders = WHOLE) -> Iterator[Any]:
+        """The items of an NDJSON stream, as they arrive (after any 429 waits): records
+        (decoded by `records`) and `StreamMark`s."""
         for attempt in count():
             request = self._exchange.build(self._http, path, query, stream=True)
             response = self._http.send(request, stream=True)
             try:
                 if response.is_success:
                     for line in response.iter_lines():
-                        if (item := stream_item(line)) is not None:
+                        if (item := stream_item(line, records)) is not None:
                             yield item
                     return
                 response.read()
@@ -116,11 +118,11 @@ class ChangeFeed:
                 self.change_seq = page.meta.change_seq
 
 
-def _walk(client: Client, query: dict[str, str] | None) -> Iterator[ApplicantList]:
+def _walk(client: Client, query: dict[str, str] | None, records: Decoders = WHOLE) -> Iterator[Any]:
     while query is not None:
-        page = list_decoder.decode(client.get(APPLICANTS, query))
+        page = records.page.decode(client.get(APPLICANTS, query))
         yield page
-        query = next_query(page)
+        query = next_query(page.meta)
 
 
 class Applicants:
@@ -129,13 +131,30 @@ class Applicants:
     def __init__(self, client: Client) -> None:
         self._client = client
 
-    def get(self, applicant_id: str) -> Applicant:
-        """One applicant by id; `NotFound` if this token cannot see it."""
-        return single_decoder.decode(self._client.get(record_path(applicant_id), {})).results
+    @overload
+    def get(self, applicant_id: str, *, fields: None = None) -> Applicant: ...
+    @overload
+    def get(self, applicant_id: str, *, fields: Sequence[str]) -> Any: ...
+    def get(self, applicant_id: str, *, fields: Sequence[str] | None = None) -> Any:
+        """One applicant by id; `NotFound` if this token cannot see it. With `fields`,
+        a record of just those fields (`records.narrowed_record`)."""
+        records = decoders(fields)
+        body = self._client.get(record_path(applicant_id), dict(records.query))
+        return records.single.decode(body).results
 
-    def pages(self, **filters: Unpack[ListFilters]) -> Iterator[ApplicantList]:
-        """Every page of the list, by cursor: no skips or repeats while data is written."""
-        return _walk(self._client, query_of(filters))
+    @overload
+    def pages(
+        self, *, fields: None = None, **filters: Unpack[ListFilters]
+    ) -> Iterator[ApplicantList]: ...
+    @overload
+    def pages(self, *, fields: Sequence[str], **filters: Unpack[ListFilters]) -> Iterator[Any]: ...
+    def pages(
+        self, *, fields: Sequence[str] | None = None, **filters: Unpack[ListFilters]
+    ) -> Iterator[Any]:
+        """Every page of the list, by cursor: no skips or repeats while data is written.
+        With `fields`, its records hold just those fields (the cursors keep them)."""
+        records = decoders(fields)
+        return _walk(self._client, {**query_of(filters), **records.query}, records)
 
     def changes(
         self,
@@ -150,13 +169,35 @@ class Applicants:
         a long poll that waits for a write when nothing is new."""
         return ChangeFeed(self._client, since, filters, wait=wait, stream=stream)
 
-    def stream(self, **filters: Unpack[StreamFilters]) -> Iterator[Applicant]:
-        """Every applicant matching the filters in one NDJSON answer (one snapshot)."""
-        for item in self._client.stream(APPLICANTS, query_of(filters)):
+    @overload
+    def stream(
+        self, *, fields: None = None, **filters: Unpack[StreamFilters]
+    ) -> Iterator[Applicant]: ...
+    @overload
+    def stream(
+        self, *, fields: Sequence[str], **filters: Unpack[StreamFilters]
+    ) -> Iterator[Any]: ...
+    def stream(
+        self, *, fields: Sequence[str] | None = None, **filters: Unpack[StreamFilters]
+    ) -> Iterator[Any]:
+        """Every applicant matching the filters in one NDJSON answer (one snapshot);
+        with `fields`, records of just those fields."""
+        records = decoders(fields)
+        query = {**query_of(filters), **records.query}
+        for item in self._client.stream(APPLICANTS, query, records):
             if not isinstance(item, StreamMark):
                 yield item
 
-    def list(self, **filters: Unpack[ListFilters]) -> Iterator[Applicant]:
-        """Every applicant matching the filters, walking the pages by cursor."""
-        for page in self.pages(**filters):
+    @overload
+    def list(
+        self, *, fields: None = None, **filters: Unpack[ListFilters]
+    ) -> Iterator[Applicant]: ...
+    @overload
+    def list(self, *, fields: Sequence[str], **filters: Unpack[ListFilters]) -> Iterator[Any]: ...
+    def list(
+        self, *, fields: Sequence[str] | None = None, **filters: Unpack[ListFilters]
+    ) -> Iterator[Any]:
+        """Every applicant matching the filters, walking the pages by cursor; with
+        `fields`, records of just those fields."""
+        for page in self.pages(fields=fields, **filters):
             yield from page.results

@@ -361,6 +361,44 @@ async def test_the_async_client(served: tuple[Server, Path, str]) -> None:
     assert statuses(server, RECORD_ROUTE) == {200: 1, 304: 1}
 
 
+def test_fields_narrow_the_records_the_client_decodes(served: tuple[Server, Path, str]) -> None:
+    server, db, token = served
+    fields = ("pets", "last_name", "id", "created_at")  # kept in the record's order
+    in_order = ["id", "created_at", "last_name", "pets"]
+    with Client(server.base_url, token) as client:
+        whole = {applicant.id: applicant for applicant in client.applicants.list(limit=250)}
+        narrowed = list(client.applicants.list(fields=fields, limit=40))
+        assert sorted(record.id for record in narrowed) == ids_where(db)
+        for record in narrowed:
+            members = msgspec.structs.asdict(record)
+            assert list(members) == in_order
+            assert members == {name: getattr(whole[record.id], name) for name in in_order}
+        pages = list(client.applicants.pages(fields=["id"], limit=100))
+        assert [len(page.results) for page in pages] == [100, 100, 100]
+        first = narrowed[0].id
+        one = client.applicants.get(first, fields=["last_name", "updated_at"])
+        assert msgspec.structs.asdict(one) == {
+            "updated_at": whole[first].updated_at,
+            "last_name": whole[first].last_name,
+        }
+        streamed = [record.id for record in client.applicants.stream(fields=["id"])]
+        assert sorted(streamed) == ids_where(db)
+        with pytest.raises(InvalidRequest) as refused:
+            next(client.applicants.list(fields=["nickname"]))
+        assert refused.value.details.parameter == "fields"
+
+
+async def test_the_async_client_narrows_too(served: tuple[Server, Path, str]) -> None:
+    server, db, token = served
+    async with AsyncClient(server.base_url, token) as client:
+        walked = [r.id async for r in client.applicants.list(fields=["id"], limit=70)]
+        assert sorted(walked) == ids_where(db)
+        one = await client.applicants.get(walked[0], fields=["email_1"])
+        assert list(msgspec.structs.asdict(one)) == ["email_1"]
+        streamed = [r.id async for r in client.applicants.stream(fields=["id", "zip"])]
+        assert sorted(streamed) == ids_where(db)
+
+
 def test_a_429_is_waited_out(tmp_path: Path, seeded_template: Path) -> None:
     db = copy_database(seeded_template, tmp_path / "leasestar.db")
     token = new_token(db, "limited")
