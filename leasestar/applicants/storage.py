@@ -36,9 +36,10 @@ from leasestar.database import ReadPool
 COUNT_CACHE_SIZE: Final = 4096
 CHECKPOINT_CACHE_SIZE: Final = 64
 # Choices of how a query shape is read, per copy version; a rowid read's holds up to
-# planner.ROWID_READ_MOST rowids (64 KB), so few of those are kept.
+# planner.ROWID_READ_MOST rowids (64 KB): those are kept within a budget of bytes (a
+# count of 64 made every round of the query matrix choose again, 1.7-3.5 ms at 1,000,000).
 CHOICE_CACHE_SIZE: Final = 4096
-ROWID_CHOICE_CACHE_SIZE: Final = 64
+ROWID_CHOICE_BYTES: Final = 16 * 1024 * 1024
 _READS_THE_COPY: Final = (Needed.COPY, Needed.COPY_OR_SIZES)
 # A narrowed page's last key values (`_served_from_columns`).
 _key_values = msgspec.json.Decoder(list[KeyValue])
@@ -77,23 +78,31 @@ class _PageRows(NamedTuple):
 
 
 class LRU(Generic[K, V]):
-    """A bounded map that forgets the entry written longest ago first."""
+    """A bounded map that forgets the entry written longest ago first: at most `size`
+    entries, or entries weighing at most `size` in all when `weigh` says what each weighs."""
 
-    def __init__(self, size: int) -> None:
+    def __init__(self, size: int, weigh: Callable[[V], int] | None = None) -> None:
         self._size = size
+        self._weigh = weigh
+        self._weight = 0
         self._entries: OrderedDict[K, V] = OrderedDict()
 
     def get(self, key: K) -> V | None:
         return self._entries.get(key)
 
     def put(self, key: K, value: V) -> None:
+        self.drop(key)
         self._entries[key] = value
-        self._entries.move_to_end(key)
-        if len(self._entries) > self._size:
-            self._entries.popitem(last=False)
+        self._weight += self._weight_of(value)
+        while self._weight > self._size and len(self._entries) > 1:
+            self._weight -= self._weight_of(self._entries.popitem(last=False)[1])
 
     def drop(self, key: K) -> None:
-        self._entries.pop(key, None)
+        if key in self._entries:
+            self._weight -= self._weight_of(self._entries.pop(key))
+
+    def _weight_of(self, value: V) -> int:
+        return 1 if self._weigh is None else self._weigh(value)
 
 
 class SingleFlight:
@@ -146,7 +155,9 @@ class ApplicantReader:
         self._single_flight = SingleFlight()
         # (query shape, scope, copy version) -> how its pages are read, chosen by the copy
         self._choices: LRU[tuple[object, ...], How] = LRU(CHOICE_CACHE_SIZE)
-        self._rowid_choices: LRU[tuple[object, ...], How] = LRU(ROWID_CHOICE_CACHE_SIZE)
+        self._rowid_choices: LRU[tuple[object, ...], How] = LRU(
+            ROWID_CHOICE_BYTES, weigh=lambda how: len(how.rowids or "")
+        )
 
     async def _row(self, statement: SqlFragment, *, on_pool: bool = False) -> Any:
         """The first row of a statement: on the loop within its budget, or on the pool."""

@@ -325,27 +325,46 @@ async def test_pages_told_where_their_matches_lie_are_the_pages(
         assert any("rowid IN (SELECT value FROM json_each" in sql for sql in traced.statements)
 
 
-async def test_rowid_reads_asked_at_every_offset_keep_few_choices(
+async def test_rowid_reads_asked_at_every_offset_keep_their_rowids_within_a_budget(
     traced_client: tuple[Client, Traced], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A rowid read's choice holds up to planner.ROWID_READ_MOST rowids: pages a client
-    asks at ever new offsets (each a new choice) keep at most ROWID_CHOICE_CACHE_SIZE of
-    them, not one per offset."""
+    asks at ever new offsets (each a new choice) keep at most ROWID_CHOICE_BYTES of
+    them, not one list per offset."""
     monkeypatch.setattr(planner, "ROWID_READ_COST", 0)  # by rowid wherever the copy can
     client, traced = traced_client
     await copy_read(client)
+    reader = client.app.state.reader
+    budget = 3000
+    monkeypatch.setattr(
+        reader, "_rowid_choices", storage.LRU(budget, weigh=lambda how: len(how.rowids or ""))
+    )
     traced.statements.clear()
-    asked = storage.ROWID_CHOICE_CACHE_SIZE + 16
-    for offset in range(asked):
+    for offset in range(40):
         response = await client.get(
             "/v1/applicants",
             params={"order-by": "zip:asc", "last_seen_gte": "2025-01-01", "offset": offset},
         )
         assert response.status_code == 200, response.text
     by_rowid = [sql for sql in traced.statements if "rowid IN (SELECT value FROM json_each" in sql]
-    assert len(by_rowid) >= asked  # every page a rowid read, each chosen anew
-    reader = client.app.state.reader
-    assert len(reader._rowid_choices._entries) == storage.ROWID_CHOICE_CACHE_SIZE
+    assert len(by_rowid) >= 40  # every page a rowid read, each chosen anew
+    kept = list(reader._rowid_choices._entries.values())
+    held = sum(len(how.rowids) for how in kept)
+    assert 0 < held <= budget
+    assert len(kept) < 40
+
+
+def test_a_weighed_lru_forgets_the_oldest_until_within_its_budget() -> None:
+    lru: storage.LRU[str, str] = storage.LRU(10, weigh=len)
+    for key, value in (("a", "xxxx"), ("b", "xxxx"), ("c", "xxx")):
+        lru.put(key, value)
+    assert (lru.get("a"), lru.get("b"), lru.get("c")) == (None, "xxxx", "xxx")
+    lru.put("b", "x")  # written again: its old weight is gone, and it is the newest
+    lru.put("d", "xxxxxx")
+    assert (lru.get("b"), lru.get("c"), lru.get("d")) == ("x", "xxx", "xxxxxx")
+    lru.put("e", "x" * 20)  # heavier than the budget alone: kept, alone
+    assert [lru.get(k) for k in "bcd"] == [None, None, None]
+    assert lru.get("e") == "x" * 20
 
 
 async def test_matches_are_collected_through_the_filter_that_keeps_fewest_rows(
