@@ -11,9 +11,8 @@ import gzip
 import json
 import random
 import urllib.parse
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import brotli
 import floors
@@ -40,7 +39,7 @@ SEED = 15
 class ClientCase:
     key: str
     label: str
-    target: WrkTarget
+    target: WrkTarget = field(repr=False)
     reference: str | None = None  # key of the case its req/s ratio is taken against
     need: float | None = None  # issue 15's target for that ratio
     measured: Measured | None = None
@@ -156,45 +155,21 @@ def build(
     offsets = offsets_file(dataset.rows, work)
     cursors, collected = cursors_file(base, dataset, pages, work)
     say(f"{dataset.rows:,} rows: {collected:,} cursors of distinct pages collected")
-    first = dataset.cases["list_default"]
+    first, by_id = dataset.cases["list_default"], dataset.cases["get_by_id"]
+    walk = base + "/v1/applicants"
     cases = [
         ClientCase("first", "first page, repeated", target_for(base, dataset, first, "first page")),
-        ClientCase(
-            "offsets",
-            "distinct pages by offset",
-            WrkTarget("distinct offsets", base + "/v1/applicants", token, paths_file=offsets),
-            "first",
-            0.8,
-        ),
-        ClientCase(
-            "cursors",
-            "distinct pages by cursor",
-            WrkTarget("distinct cursors", base + "/v1/applicants", token, paths_file=cursors),
-            "first",
-            0.8,
-        ),
-    ]
-    for encoding, need in zip(ENCODINGS, (0.6, 0.5, None), strict=True):
-        target = WrkTarget(
-            f"distinct offsets, {encoding}",
-            base + "/v1/applicants",
-            token,
-            paths_file=offsets,
-            headers=(f"Accept-Encoding: {encoding}",),
-        )
-        cases.append(
-            ClientCase(encoding, f"distinct pages by offset, {encoding}", target, "offsets", need)
-        )
-    by_id = dataset.cases["get_by_id"]
-    cases.append(
-        ClientCase(
-            "get_by_id",
-            "get by random id",
-            target_for(base, dataset, by_id, "get by id"),
-            None,
-            0.65,
-        )
-    )
+        ClientCase("offsets", "distinct pages by offset",
+                   WrkTarget("distinct offsets", walk, token, paths_file=offsets), "first", 0.8),
+        ClientCase("cursors", "distinct pages by cursor",
+                   WrkTarget("distinct cursors", walk, token, paths_file=cursors), "first", 0.8),
+        *(ClientCase(encoding, f"distinct pages by offset, {encoding}",
+                     WrkTarget(f"distinct offsets, {encoding}", walk, token, paths_file=offsets,
+                               headers=(f"Accept-Encoding: {encoding}",)), "offsets", need)
+          for encoding, need in zip(ENCODINGS, (0.6, 0.5, None), strict=True)),
+        ClientCase("get_by_id", "get by random id", target_for(base, dataset, by_id, "get by id"),
+                   None, 0.65),
+    ]  # fmt: skip
     if floor_base:
         for key in ("list_default", "get_by_id"):
             floor = WrkTarget(f"HTTP floor {key}", f"{floor_base}/floor/{key}")
@@ -214,9 +189,7 @@ def measure(settings: Settings, dataset: Dataset, base: str, result: ClientsResu
         result.notes += problems
         in_process[key] = floors.InProcessFloor(dataset.db, case, body, dataset.facts.ids)
     try:
-        floors.interleave(
-            settings, [c.target for c in result.cases.values()], list(in_process.values())
-        )
+        settings.interleave([c.target for c in result.cases.values()], list(in_process.values()))
     finally:
         for floor in in_process.values():
             floor.close()
@@ -238,26 +211,6 @@ def measure(settings: Settings, dataset: Dataset, base: str, result: ClientsResu
 
 
 # --------------------------------------------------------------------------- report
-
-
-def summary(result: ClientsResult) -> dict[str, Any]:
-    """For list-results.json."""
-    return {
-        "rows": result.rows,
-        "cursors": result.cursors,
-        "notes": result.notes,
-        "composite_rps": result.composite,
-        "cases": {
-            c.key: {
-                "label": c.label,
-                "reference": c.reference,
-                "ratio": result.ratio(c.key),
-                "wire_ratio": result.wire_ratio(c.key) if c.key in ENCODINGS else None,
-                **(asdict(c.measured) if c.measured else {}),
-            }
-            for c in result.cases.values()
-        },
-    }
 
 
 def _fmt(value: float | None, suffix: str = "x") -> str:
@@ -302,15 +255,12 @@ def _database(result: ClientsResult) -> str:
     )
 
 
-def markdown(
-    results: list[ClientsResult], settings: Settings, command: str, when: str, commit: str
-) -> str:
+def markdown(results: list[ClientsResult], settings: Settings, command: str, when: str) -> str:
     return section(
         "clients",
         *(_database(result) for result in results),
         f"![req/s and bytes on the wire of each client case]({CHART_NAME})",
         when=when,
-        commit=commit,
         command=command,
         seconds=settings.seconds,
         slices=settings.slices,

@@ -16,9 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import harness
-from cases import Case, Settings
-from databases import read_only
-from harness import BENCH, UVICORN, WrkTarget, on_server_core
+from cases import Case
+from harness import BENCH, SERVER_CORE, UVICORN, on_core, read_only
 
 from leasestar.applicants.bodies import BodyDecoder
 
@@ -27,30 +26,11 @@ def floor_server(bodies: Path, work: Path) -> contextlib.AbstractContextManager[
     """The HTTP floor: a bare Litestar app answering each case's exact body (`floor_app.py`)."""
     # `leasestar serve` runs uvicorn.run(factory=True, workers=1, log_level="info",
     # access_log=False) with uvicorn's default loop and HTTP parser: the same here.
-    command = [
-        str(UVICORN),
-        "floor_app:create_floor_app",
-        "--factory",
-        "--app-dir",
-        str(BENCH),
-        "--host",
-        "127.0.0.1",
-        "--port",
-        "{port}",
-        "--workers",
-        "1",
-        "--log-level",
-        "info",
-        "--no-access-log",
-    ]
-    return harness.server(
-        "floor", command, "/floor/tiny", {"BENCH_FLOOR_DIR": str(bodies)}, work=work
-    )
-
-
-def split_meta(body: bytes) -> bytes:
-    """The meta object of a response body (the floor splices it exactly as served)."""
-    return body[len(b'{"meta":') : body.index(b',"results":')]
+    command = [str(UVICORN), "floor_app:create_floor_app", "--factory", "--app-dir", str(BENCH)]
+    command += ["--host", "127.0.0.1", "--port", "{port}", "--workers", "1"]
+    command += ["--log-level", "info", "--no-access-log"]
+    env = {"BENCH_FLOOR_DIR": str(bodies)}
+    return harness.server("floor", command, "/floor/tiny", env, work=work)
 
 
 class InProcessFloor:
@@ -75,30 +55,27 @@ class InProcessFloor:
         self._bodies = BodyDecoder.of(self._conn)
         self._ids = ids
         self._picks: Iterator[str] = iter(())
-        meta = split_meta(body)
+        # The meta object of the served body, spliced exactly as served.
+        head = b'{"meta":' + body[len(b'{"meta":') : body.index(b',"results":')] + b',"results":'
         if case.by_id:
-            variants = self._by_id_variants(b'{"meta":' + meta + b',"results":')
+            variants = self._by_id_variants(head)
         else:
-            head, tail = b'{"meta":' + meta + b',"results":[', b"]}"
             plans = self._plans(case)
-            with on_server_core():
+            with on_core(SERVER_CORE):
                 plan_rates = {
-                    name: self._trial(
-                        self._assemblies(head, tail, *plan)["group_concat, blob"], body
-                    )
+                    name: self._trial(self._assemblies(head, *plan)["group_concat, blob"], body)
                     for name, plan in plans.items()
                 }
             best_plan = max(plan_rates, key=plan_rates.__getitem__)
             variants = {
                 f"{best_plan}; {name}": produce
-                for name, produce in self._assemblies(head, tail, *plans[best_plan]).items()
+                for name, produce in self._assemblies(head, *plans[best_plan]).items()
             }
-        with on_server_core():
+        with on_core(SERVER_CORE):
             trials = {name: self._trial(produce, body) for name, produce in variants.items()}
         self.variant = max(trials, key=trials.__getitem__)
         self._produce = variants[self.variant]
-        self.calls = 0
-        self.elapsed = 0.0
+        self.calls, self.elapsed = 0, 0.0
 
     def _plans(self, case: Case) -> dict[str, tuple[str, tuple[Any, ...]]]:
         """Plan name -> (page SQL selecting {column}, its parameters)."""
@@ -131,36 +108,33 @@ class InProcessFloor:
         return plans
 
     def _assemblies(
-        self, head: bytes, tail: bytes, template: str, params: tuple[Any, ...]
+        self, head: bytes, template: str, params: tuple[Any, ...]
     ) -> dict[str, Callable[[], bytes]]:
-        conn = self._conn
-        bodies = self._bodies
+        conn, bodies = self._conn, self._bodies
         blob_rows = template.format(column="CAST(body AS BLOB) AS body")
         concat = (
             "SELECT CAST(coalesce(group_concat(body, ''), '') AS BLOB), "
             f"coalesce(group_concat(length(CAST(body AS BLOB))), '') FROM ({blob_rows})"
         )
 
+        head += b"["
+
         def rows_blob() -> bytes:
-            decode = bodies.decode
-            rows = [decode(row[0]) for row in conn.execute(blob_rows, params)]
-            return b"".join((head, b",".join(rows), tail))
+            rows = [bodies.decode(row[0]) for row in conn.execute(blob_rows, params)]
+            return b"".join((head, b",".join(rows), b"]}"))
 
         def concat_blob() -> bytes:
             stored, lengths = conn.execute(concat, params).fetchone()
-            return b"".join((head, bodies.decode_joined(stored, lengths), tail))
+            return b"".join((head, bodies.decode_joined(stored, lengths), b"]}"))
 
         return {"rows+join, blob": rows_blob, "group_concat, blob": concat_blob}
 
     def _by_id_variants(self, head: bytes) -> dict[str, Callable[[], bytes]]:
-        conn = self._conn
-        decode = self._bodies.decode
-
         def by_id_blob() -> bytes:
-            (blob,) = conn.execute(
+            (blob,) = self._conn.execute(
                 "SELECT CAST(body AS BLOB) FROM applicants WHERE id = ?", (self._next_id(),)
             ).fetchone()
-            return b"".join((head, decode(blob), b"}"))
+            return b"".join((head, self._bodies.decode(blob), b"}"))
 
         return {"row, blob": by_id_blob}
 
@@ -180,7 +154,7 @@ class InProcessFloor:
             return next(self._picks)
 
     def run(self, seconds: float) -> None:
-        with on_server_core():
+        with on_core(SERVER_CORE):
             calls, elapsed = loop(self._produce, seconds)
         self.calls += calls
         self.elapsed += elapsed
@@ -204,30 +178,3 @@ def loop(produce: Callable[[], bytes], seconds: float) -> tuple[int, float]:
         now = time.perf_counter()
         if now >= deadline:
             return calls, now - start
-
-
-SETTLE_SECONDS = 0.5
-
-
-def interleave(
-    settings: Settings, wrk_targets: list[WrkTarget], in_process: list[InProcessFloor]
-) -> None:
-    """Warm every target up, then measure them (and the in-process floors) in turns, slice
-    by slice, so that background load hits them alike.
-
-    Each slice starts `SETTLE_SECONDS` after the one before ended: wrk stops with 16
-    requests in flight, which the server still answers, and a list page compressed with
-    zstd takes up to 0.3 s at p99. Without the pause, a cheap case after an expensive one
-    (get by id after the compressed walks) shared its first tenth of a second with them.
-    """
-    for target in wrk_targets:
-        target.run(settings.warmup, keep=False)
-    for round_number in range(settings.slices):
-        # Every other round in the reverse order: a case does not always follow the same
-        # one (get by id after the zstd walk read 0.15-0.3 below the list section's).
-        ordered = wrk_targets if round_number % 2 == 0 else wrk_targets[::-1]
-        for target in ordered:
-            time.sleep(SETTLE_SECONDS)
-            target.run(settings.slice_seconds)
-        for floor in in_process:
-            floor.run(settings.inprocess_seconds / settings.slices)

@@ -1,39 +1,43 @@
-"""The measuring harness the benchmarks share: servers, pinning, wrk, slices.
+"""The measuring harness every benchmark uses: databases, servers, pinning, wrk, slices.
 
-- `leasestar_server` / `server`: a server started pinned to a core (taskset) on a free
-  port, waited for until its health route answers 200, stopped with a signal.
-- `ensure_wrk`, `run_wrk`, `WrkTarget`: wrk, installed if missing, pinned to the client
-  core, its summary line parsed; a target's slices merged into one `Measured`.
+- `ensure_database`, `create_token`, `read_only`, `copy_database`, `first_ids`: the seeded
+  databases of `benchmarks/work/` (or a smoke run's directory), reused while they match.
+- `leasestar_server` / `server`: a server pinned to a core on a free port, waited for
+  until its health route answers 200, stopped with a signal.
+- `WrkTarget`, `interleave`: wrk pinned to the client core, a target's slices taken in
+  turns with the others' and merged into one `Measured`.
 
-Databases are `databases.py`'s; what a report records about the run, `provenance.py`'s.
-Every path that a run writes to takes a `work` directory (default `benchmarks/work/`),
-so that a development run can go to a temporary directory instead.
+What a report records about the run, and where it goes, is `provenance.py`'s.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import http.client
 import json
 import os
 import re
+import resource
 import shutil
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-BENCH = Path(__file__).resolve().parent
-ROOT = BENCH.parent
-WORK = BENCH / "work"
+from provenance import BENCH, ROOT, WORK, shown
+
+from leasestar.database import READ_PRAGMAS
+
 BIN = Path(sys.executable).parent
 LEASESTAR = BIN / "leasestar"
 UVICORN = BIN / "uvicorn"
@@ -47,13 +51,10 @@ SERVER_CORE, CLIENT_CORE = "0", "1"
 SERVER_ENV = {"LEASESTAR_RATE_LIMIT": "off"}
 NICE = -10
 
-_NAMES = {"run": "bench"}
-
 
 def say(message: str) -> None:
     """A progress line on stderr, named after the script that runs."""
-    stem = Path(sys.argv[0]).stem
-    name = _NAMES.get(stem, stem)
+    name = {"run": "bench"}.get(Path(sys.argv[0]).stem, Path(sys.argv[0]).stem)
     print(f"[{name} {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
@@ -63,6 +64,121 @@ def raise_priority() -> int:
     with contextlib.suppress(OSError, AttributeError):
         os.setpriority(os.PRIO_PROCESS, 0, NICE)
     return os.getpriority(os.PRIO_PROCESS, 0)
+
+
+# --------------------------------------------------------------------------- databases
+
+
+def read_only(path: Path) -> sqlite3.Connection:
+    """A read-only connection set up as the server sets up its own (the in-process floors
+    must not be slower than the server's SQLite for want of its page cache)."""
+    connection = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False)
+    for pragma in READ_PRAGMAS:
+        connection.execute(pragma)
+    return connection
+
+
+def count_rows(path: Path) -> int:
+    try:
+        with contextlib.closing(read_only(path)) as db:
+            return int(db.execute("SELECT count(*) FROM applicants").fetchone()[0])
+    except sqlite3.Error:
+        return -1
+
+
+def data_fingerprint() -> str:
+    """What a seeded database depends on: the schema, its page size, and what the
+    generator makes (its output rather than its source, so that making it faster without
+    changing a record does not cost a reseed of a million rows)."""
+    import msgspec
+
+    from leasestar.database import PAGE_SIZE
+    from leasestar.seed.generator import synthetic_applicants
+
+    digest = hashlib.sha256((ROOT / "schema.sql").read_bytes())
+    digest.update(b"page size %d" % PAGE_SIZE)  # a new database's: the file's layout
+    for record in synthetic_applicants(200, 0):
+        digest.update(msgspec.json.encode(record))
+    return digest.hexdigest()[:16]
+
+
+def _seeding_elsewhere(partial: Path) -> bool:
+    """Whether a running process (another benchmark's `leasestar seed`) names `partial`."""
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        with contextlib.suppress(OSError):
+            if str(partial).encode() in cmdline.read_bytes().split(b"\0"):
+                return True
+    return False
+
+
+def ensure_database(rows: int, work: Path = WORK) -> Path:
+    """`WORK/applicants-N.db`, seeded with `leasestar seed --count N --seed 0` unless it
+    holds N rows built from the current schema and generator (a sidecar file records
+    their fingerprint): every benchmark that takes N rows takes the same file."""
+    work.mkdir(parents=True, exist_ok=True)
+    path = work / f"applicants-{rows}.db"
+    stamp, partial = (path.with_name(path.name + suffix) for suffix in (".fingerprint", ".partial"))
+    fingerprint = data_fingerprint()
+    while not path.exists() and _seeding_elsewhere(partial):
+        say(f"{partial.name} is being seeded by another run; waiting for it")
+        time.sleep(15)
+    if path.exists():
+        found, built_from = count_rows(path), stamp.read_text().strip() if stamp.exists() else ""
+        if found == rows and built_from == fingerprint:
+            say(f"reusing {shown(path)} ({rows:,} applicants)")
+            return path
+        say(f"{path.name}: {found:,} rows, schema/generator {built_from or '?'}: rebuilding it")
+    stamp.unlink(missing_ok=True)
+    remove_database(path)
+    remove_database(partial)
+    say(f"seeding {rows:,} applicants into {shown(path)} (leasestar seed)")
+    started = time.monotonic()
+    subprocess.run(
+        [str(LEASESTAR), "seed", "--db", str(partial), "--count", str(rows), "--seed", "0"],
+        check=True,
+        stdout=sys.stderr.fileno(),  # its summary with the progress: stdout is for reports
+    )
+    partial.rename(path)
+    stamp.write_text(fingerprint + "\n")
+    say(f"seeded {rows:,} in {time.monotonic() - started:.0f} s")
+    return path
+
+
+def remove_database(path: Path) -> None:
+    for suffix in ("", "-wal", "-shm", "-webhooks.lock"):
+        Path(f"{path}{suffix}").unlink(missing_ok=True)
+
+
+def copy_database(source: Path, target: Path) -> Path:
+    """A fresh copy of `source` (which other benchmarks read, so it is only read)."""
+    remove_database(target)
+    with (
+        contextlib.closing(read_only(source)) as src,
+        contextlib.closing(sqlite3.connect(target)) as dst,
+    ):
+        src.backup(dst)
+    return target
+
+
+def first_ids(db: Path, count: int, file: Path | None = None) -> list[str]:
+    """The first `count` ids of the table (written one a line to `file`, for wrk.lua)."""
+    with contextlib.closing(read_only(db)) as conn:
+        ids = [row[0] for row in conn.execute("SELECT id FROM applicants LIMIT ?", (count,))]
+    if file is not None:
+        file.write_text("\n".join(ids) + "\n")
+    return ids
+
+
+def create_token(db: Path, purpose: str, *integrations: str) -> str:
+    """A new bearer token in `db` (scoped to `integrations` if any given), by the CLI."""
+    name = f"bench-{purpose}-{time.strftime('%Y%m%d%H%M%S')}-{os.getpid()}"
+    command = [str(LEASESTAR), "token", "create", "--db", str(db), "--name", name]
+    for integration in integrations:
+        command += ["--integration", integration]
+    done = subprocess.run(command, check=False, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"leasestar token create --name {name}: {done.stderr.strip()}")
+    return done.stdout.strip().splitlines()[-1]
 
 
 # --------------------------------------------------------------------------- cores, wrk
@@ -89,23 +205,15 @@ def on_core(core: str) -> Iterator[None]:
         os.sched_setaffinity(0, before)
 
 
-def on_server_core() -> contextlib.AbstractContextManager[None]:
-    """Run this process on the server's core (for in-process timings), then restore."""
-    return on_core(SERVER_CORE)
-
-
 def ensure_wrk() -> str:
     """wrk's path; installed from Debian's package when missing and allowed, else exit."""
-    found = shutil.which("wrk")
-    if found:
-        return found
-    if shutil.which("apt-get") and os.geteuid() == 0:
+    if not shutil.which("wrk") and shutil.which("apt-get") and os.geteuid() == 0:
         say("wrk is missing: apt-get update && apt-get install -y wrk")
         subprocess.run(["apt-get", "update", "-qq"], check=False)
         subprocess.run(["apt-get", "install", "-y", "-qq", "wrk"], check=False)
-        found = shutil.which("wrk")
-        if found:
-            return found
+    found = shutil.which("wrk")
+    if found:
+        return found
     sys.exit(
         "wrk is required. On Debian or Ubuntu: sudo apt-get install -y wrk; "
         "on macOS: brew install wrk; elsewhere build it from its source."
@@ -140,22 +248,11 @@ def run_wrk(
     marker: str = "WRK_JSON",
 ) -> dict[str, Any]:
     """One wrk run, pinned to `core`; the JSON its script prints after `marker`."""
-    command = [
-        *pinned(core),
-        "wrk",
-        f"-t{threads}",
-        f"-c{connections}",
-        f"-d{seconds}s",
-        "--timeout",
-        timeout,
-        "-s",
-        str(script),
-    ]
+    command = [*pinned(core), "wrk", f"-t{threads}", f"-c{connections}", f"-d{seconds}s"]
+    command += ["--timeout", timeout, "-s", str(script)]
     for header in (*headers, *([f"Authorization: Bearer {token}"] if token else [])):
         command += ["-H", header]
-    command.append(url)
-    if script_args:
-        command += ["--", *script_args]
+    command += [url, *(["--", *script_args] if script_args else [])]
     out = subprocess.run(command, check=True, capture_output=True, text=True).stdout
     match = re.search(rf"^{marker} (\{{.*\}})$", out, re.MULTILINE)
     if match is None:
@@ -173,6 +270,8 @@ class WrkTarget:
     ids_file: Path | None = None  # each request swaps the URL's last segment for one of these
     paths_file: Path | None = None  # each request is a random line of this (path and query)
     headers: tuple[str, ...] = ()
+    pid: int | None = None  # a server whose CPU time over the kept slices is added up
+    cpu: float = 0.0
     slices: list[dict[str, Any]] = field(default_factory=list)
 
     def run(self, seconds: int, keep: bool = True) -> None:
@@ -182,16 +281,21 @@ class WrkTarget:
         elif self.ids_file is not None:
             prefix = urllib.parse.urlsplit(self.url).path.rsplit("/", 1)[0] + "/"
             script_args = (prefix, str(self.ids_file))
+        cpu = cpu_seconds(self.pid) if self.pid else 0.0
         raw = run_wrk(
             self.url, seconds, token=self.token, headers=self.headers, script_args=script_args
         )
         if keep:
             self.slices.append(raw)
+            self.cpu += cpu_seconds(self.pid) - cpu if self.pid else 0.0
 
     def per_slice(self, percentile: float) -> list[float]:
         """Each slice's latency at `percentile` (a multiple of 0.5), in ms."""
         index = round(percentile * 2) - 1  # wrk.lua prints the percentiles 0.5, 1, ... 100
         return [s["percentiles"][index] / 1000 for s in self.slices]
+
+    def cpu_us_per_request(self) -> float:
+        return self.cpu / max(self.measured().requests, 1) * 1e6
 
     def measured(self) -> Measured:
         requests = sum(s["requests"] for s in self.slices)
@@ -228,7 +332,44 @@ class WrkTarget:
         )
 
 
-# --------------------------------------------------------------------------- servers
+def interleave(
+    targets: Sequence[WrkTarget],
+    slices: int,
+    seconds: int,
+    warmup: int = 0,
+    *,
+    order: Literal["reverse", "rotate", "same"] = "reverse",
+    start: int = 0,
+    settle: float = 0.0,
+    after_round: Callable[[int], None] | None = None,
+) -> None:
+    """Warm every target up, then measure them in turns, slice by slice, so that
+    background load hits them alike: every other round in the reverse order (a target
+    does not always follow the same one), or each round starting one target further on
+    from `start`, or always in the same order. `settle` seconds pass before each slice;
+    `after_round(number)` runs after each round (the in-process floors' turn)."""
+    targets = list(targets)
+    for target in targets if warmup else ():
+        target.run(warmup, keep=False)
+    for number in range(slices):
+        turn = (start + number) % len(targets) if order == "rotate" else 0
+        ordered = targets[turn:] + targets[:turn]
+        if order == "reverse" and number % 2:
+            ordered.reverse()
+        for target in ordered:
+            time.sleep(settle)
+            target.run(seconds)
+        if after_round is not None:
+            after_round(number)
+
+
+def percentile(values: list[float], fraction: float) -> float:
+    """The value at `fraction` of the sorted values, by the nearest index."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(fraction * (len(ordered) - 1)))]
+
+
+# --------------------------------------------------------------------------- processes
 
 
 def rss_kib(pid: int) -> int:
@@ -255,6 +396,12 @@ def cpu_seconds(pid: int) -> float:
     """The process's CPU time so far, every thread's (utime + stime)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def children_cpu() -> float:
+    """The CPU time of this process's ended children (theirs and their children's)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def free_port() -> int:
@@ -321,13 +468,14 @@ def server(
     core: str | None = SERVER_CORE,
     work: Path = WORK,
     stop: signal.Signals = signal.SIGINT,
+    wait: float = 120,
 ) -> Iterator[Server]:
-    """Start a server pinned to `core` on a free port (`{port}` in `command`), wait for
-    `health` to answer 200, and stop it with `stop` on the way out.
+    """Start a server pinned to `core` on a free port (`{port}` in `command`), wait up to
+    `wait` seconds for `health` to answer 200, and stop it with `stop` on the way out.
 
     taskset execs the server, so the pid is the server's own (or its one worker's:
-    `serving_pid`). Its output goes to
-    `WORK/server-NAME.log` (the last run's, for a failed start).
+    `serving_pid`). Its output goes to `WORK/server-NAME.log` (the last run's, for a
+    failed start).
     """
     port = free_port()
     full = [*pinned(core), *(part.replace("{port}", str(port)) for part in command)]
@@ -340,17 +488,15 @@ def server(
         )
         running = Server(name, f"http://127.0.0.1:{port}", process.pid)
         try:
-            deadline = time.monotonic() + 120
+            deadline = time.monotonic() + wait
             while True:
                 if process.poll() is not None:
-                    raise RuntimeError(
-                        f"{name} server exited ({process.returncode}); see {log_path}"
-                    )
+                    raise RuntimeError(f"{name} exited ({process.returncode}); see {log_path}")
                 with contextlib.suppress(OSError):
                     if http_get(running.base + health, timeout=2)[0] == 200:
                         break
                 if time.monotonic() > deadline:
-                    raise RuntimeError(f"{name} server did not answer within 120 s; see {log_path}")
+                    raise RuntimeError(f"{name} did not answer in {wait:.0f} s; see {log_path}")
                 time.sleep(0.2)
             running.pid = serving_pid(process.pid)
             yield running
@@ -370,18 +516,9 @@ def leasestar_server(
     env: dict[str, str] | None = None,
     *,
     args: Sequence[str] = (),
-    core: str | None = SERVER_CORE,
-    work: Path = WORK,
-    stop: signal.Signals = signal.SIGINT,
+    **options: Any,
 ) -> contextlib.AbstractContextManager[Server]:
-    """`leasestar serve` (uvicorn, one worker, `SERVER_ENV` over its defaults) on `db`."""
+    """`leasestar serve` (uvicorn, one worker, `SERVER_ENV` over its defaults) on `db`;
+    `options` are `server`'s."""
     command = [str(LEASESTAR), "serve", "--db", str(db), "--host", "127.0.0.1", "--port", "{port}"]
-    return server(
-        name,
-        [*command, *args],
-        "/health",
-        {**SERVER_ENV, **(env or {})},
-        core=core,
-        work=work,
-        stop=stop,
-    )
+    return server(name, [*command, *args], "/health", {**SERVER_ENV, **(env or {})}, **options)

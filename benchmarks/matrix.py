@@ -23,9 +23,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import databases
+import harness
+import provenance
 from cases import iso
-from harness import CLIENT_CORE, KeepAlive, leasestar_server, on_core, raise_priority, say
+from harness import (
+    CLIENT_CORE,
+    SERVER_CORE,
+    KeepAlive,
+    leasestar_server,
+    on_core,
+    raise_priority,
+    say,
+)
+from provenance import section, table, text
 
 from leasestar.client.records import SORTABLE_FIELDS
 
@@ -102,7 +112,7 @@ class Domain:
 
 def prepare(db: Path, rows: int) -> Domain:
     """The database's value ranges, and the tokens (created before its server starts)."""
-    with contextlib.closing(databases.read_only(db)) as conn:
+    with contextlib.closing(harness.read_only(db)) as conn:
         ranges: dict[str, tuple[int, int]] = {}
         for column in DATE_COLUMNS:
             low, high = conn.execute(
@@ -123,8 +133,8 @@ def prepare(db: Path, rows: int) -> Domain:
         scopes = sorted({tuple(sorted(chooser.sample(integrations, size))) for _ in range(50)})
         for index, scope in enumerate(chooser.sample(scopes, min(SCOPE_TOKENS, len(scopes)))):
             purpose = f"matrix-scope{size}-{index}"
-            tokens[size].append((scope, databases.create_token(db, purpose, *scope)))
-    unscoped = databases.create_token(db, "matrix")
+            tokens[size].append((scope, harness.create_token(db, purpose, *scope)))
+    unscoped = harness.create_token(db, "matrix")
     say(f"{rows:,} rows: matrix tokens made ({len(tokens[1])} + {len(tokens[2])} scoped)")
     return Domain(rows, ranges, values, tokens, unscoped)
 
@@ -203,7 +213,7 @@ def nearest_rank(ordered: list[float], percentile: float) -> float:
 
 @dataclass
 class Sample:
-    request: Request
+    request: Request = field(repr=False)
     ms: float
     status: int
     total: int | None
@@ -213,7 +223,7 @@ class Sample:
 class Combination:
     ordering: str
     kind: str
-    samples: list[Sample] = field(default_factory=list)
+    samples: list[Sample] = field(default_factory=list, repr=False)
 
     @property
     def latencies(self) -> list[float]:
@@ -248,26 +258,6 @@ class MatrixResult:
     @property
     def worst(self) -> Combination:
         return max(self.combinations, key=lambda c: (c.p50, c.p99))
-
-    def summary(self) -> dict[str, Any]:
-        """For list-results.json: every combination's figures."""
-        return {
-            "rows": self.rows,
-            "seconds": self.seconds,
-            "p99_all_ms": self.p99_all,
-            "checked_totals": self.checked,
-            "problems": self.problems,
-            "combinations": [
-                {
-                    "order_by": c.ordering,
-                    "kind": c.kind,
-                    "requests": len(c.samples),
-                    "p50_ms": c.p50,
-                    "p99_ms": c.p99,
-                }
-                for c in self.combinations
-            ],
-        }
 
 
 def _total(body: bytes) -> int | None:
@@ -345,7 +335,7 @@ def check_totals(db: Path, combinations: list[Combination], count: int, problems
     """A sample of the answers' `meta.total` against `count(*)` with the request's WHERE."""
     answered = [s for c in combinations for s in c.samples if s.status == 200]
     sample = random.Random(SEED).sample(answered, min(count, len(answered)))
-    with contextlib.closing(databases.read_only(db)) as conn:
+    with contextlib.closing(harness.read_only(db)) as conn:
         for s in sample:
             conditions = [sql for sql, _ in s.request.where] or ["1"]
             params: list[Any] = []
@@ -359,36 +349,137 @@ def check_totals(db: Path, combinations: list[Combination], count: int, problems
     return len(sample)
 
 
-def main() -> None:
-    import matrix_report
-    import provenance
+# --------------------------------------------------------------------------- report
+CHART_NAME = "matrix-bench.png"
 
+
+def _cell(c: Combination) -> str:
+    if not c.latencies:
+        return "-"
+    text = f"{c.p50:.1f} / {c.p99:.1f}"
+    return f"**{text}**" if c.p50 > TARGET_P50_MS else text
+
+
+def _database(result: MatrixResult) -> str:
+    """One database's combinations, its worst and its slowest requests, as markdown."""
+    worst = result.worst
+    requests = [len(c.samples) for c in result.combinations]
+    problems = (
+        f"{len(result.problems)} problems: " + "; ".join(result.problems[:5])
+        if result.problems
+        else "all exact."
+    )
+    size = text(
+        "matrix",
+        "size",
+        combinations=len(result.combinations),
+        fewest=min(requests),
+        most=max(requests),
+        requests=sum(requests),
+        seconds=result.seconds,
+        dropped=result.dropped,
+        first_seconds=result.first_seconds,
+        worst_ordering=worst.ordering,
+        worst_kind=worst.kind,
+        worst_p50=worst.p50,
+        worst_p99=worst.p99,
+        over=sum(1 for c in result.combinations if c.latencies and c.p50 > TARGET_P50_MS),
+        target_p50=TARGET_P50_MS,
+        p99_all=result.p99_all,
+        target_p99=TARGET_P99_MS,
+        checked=result.checked,
+        problems=problems,
+    )
+    by_key = {(c.ordering, c.kind): c for c in result.combinations}
+    orderings = dict.fromkeys(c.ordering for c in result.combinations)
+    grid = table(
+        "| order-by | " + " | ".join(KINDS) + " |",
+        "|---|" + "---:|" * len(KINDS),
+        ([f"`{o}`", *(_cell(by_key[o, kind]) for kind in KINDS)] for o in orderings),
+    )
+    samples = (s for c in result.combinations for s in c.samples)
+    slowest = sorted(samples, key=lambda s: -s.ms)[:5]
+    listed = "\n".join(f"- {s.ms:,.1f} ms: {s.request.shown()}" for s in slowest)
+    return "\n\n".join([f"### {result.rows:,} applicants", size, grid, "Slowest requests:", listed])
+
+
+def markdown(results: list[MatrixResult], command: str, when: str) -> str:
+    return section(
+        "matrix",
+        *(_database(result) for result in results),
+        f"![p50 of each combination]({CHART_NAME})",
+        when=when,
+        command=command,
+        scope_tokens=SCOPE_TOKENS,
+        client_core=CLIENT_CORE,
+        server_core=SERVER_CORE,
+        slow_ms=SLOW_MS,
+        target_p50=TARGET_P50_MS,
+    )
+
+
+def chart(results: list[MatrixResult], title: str, path: Path) -> None:
+    """p50 of every combination as a heat map, one panel per database size."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.colors import LogNorm
+
+    orderings = list(dict.fromkeys(c.ordering for c in results[0].combinations))
+    figure, axes = plt.subplots(
+        1, len(results), figsize=(6.5 * len(results), 0.32 * len(orderings) + 2.5), squeeze=False
+    )
+    norm = LogNorm(vmin=0.5, vmax=max(1000.0, max(c.p50 for r in results for c in r.combinations)))
+    image = None
+    for index, (axis, result) in enumerate(zip(axes[0], results, strict=True)):
+        by_key = {(c.ordering, c.kind): c.p50 for c in result.combinations}
+        grid = [[by_key[o, k] for k in KINDS] for o in orderings]
+        image = axis.imshow(grid, cmap="RdYlGn_r", norm=norm, aspect="auto")
+        for y, row in enumerate(grid):
+            for x, value in enumerate(row):
+                axis.text(
+                    x,
+                    y,
+                    f"{value:.0f}" if value >= 10 else f"{value:.1f}",
+                    ha="center",
+                    va="center",
+                    fontsize=6,
+                )
+        axis.set_xticks(range(len(KINDS)), KINDS, rotation=30, ha="right", fontsize=7)
+        # The orderings are the same in every panel: named once, on the left.
+        axis.set_yticks(range(len(orderings)), orderings if index == 0 else [], fontsize=7)
+        axis.set_title(f"{result.rows:,} applicants: p50 ms (first page)", fontsize=9)
+    if image is not None:
+        figure.colorbar(image, ax=axes[0].tolist(), label="p50, ms (log)", shrink=0.6)
+    figure.suptitle(title, fontsize=9)
+    figure.savefig(path, dpi=110, bbox_inches="tight")
+    plt.close(figure)
+
+
+def main() -> None:
     parser = argparse.ArgumentParser(description="the query matrix (issue 17), one database")
     parser.add_argument(
-        "--rows",
-        type=int,
-        nargs="+",
-        default=[100_000],
+        "--rows", type=int, nargs="+", default=[100_000],
         help="seeded applicants; several sizes make one section with a table each",
-    )
+    )  # fmt: skip
     parser.add_argument("--quick", action="store_true", help="the reduced matrix of --quick")
     parser.add_argument("--results", type=Path, help="write the section to this RESULTS.md")
     args = parser.parse_args()
     raise_priority()
-    when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    results = []
+    when, results = provenance.now(), []
     for rows in args.rows:
-        db = databases.ensure_database(rows)
+        db = harness.ensure_database(rows)
         domain = prepare(db, rows)
         with leasestar_server(f"matrix-{rows}", db) as server:
             settings = QUICK_MATRIX if args.quick else FULL_MATRIX
             results.append(measure(server.base, db, domain, settings))
     command = "python benchmarks/matrix.py " + " ".join(sys.argv[1:])
-    section = matrix_report.markdown(results, command.strip(), when, provenance.git_commit())
+    section = markdown(results, command.strip(), when)
     print(section)
     if args.results:
         provenance.write_section(section, args.results)
-        matrix_report.chart(results, command, args.results.parent / matrix_report.CHART_NAME)
+        chart(results, command, args.results.parent / CHART_NAME)
 
 
 if __name__ == "__main__":

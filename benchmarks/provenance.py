@@ -3,25 +3,31 @@
 `machine`, `versions`, `describe_machine`, `loadavg`, `git_commit`: the lines every
 report carries; `section`, `text`, `table`: a section rendered from its figures and its
 texts in `sections.toml`; `write_section`: one section of `benchmarks/RESULTS.md`
-replaced, every other byte kept; `shown`: a path as typed from the repository root.
+replaced, every other byte kept; `Outputs`: where a run writes (`--smoke DIR`: below DIR).
 """
 
 from __future__ import annotations
 
+import argparse
 import contextlib
+import dataclasses
 import functools
 import os
 import platform
+import shutil
 import sqlite3
 import subprocess
+import sys
 import time
 import tomllib
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
+WORK = BENCH / "work"
 RESULTS_MD = BENCH / "RESULTS.md"
 SECTIONS = BENCH / "sections.toml"  # each section's title and texts, with {fields}
 
@@ -122,9 +128,10 @@ def _texts() -> dict[str, dict[str, str]]:
 
 def text(key: str, part: str, **fields: Any) -> str:
     """A text of section `key` in `sections.toml`, its `{fields}` filled in: the lines of
-    each paragraph joined into one, paragraphs kept apart by a blank line."""
+    each paragraph joined into one (but a table's), paragraphs kept apart by a blank line."""
     paragraphs = _texts()[key][part].strip().split("\n\n")
-    return "\n\n".join(" ".join(p.split()) for p in paragraphs).format(**fields)
+    kept = (p if p.startswith("|") else " ".join(p.split()) for p in paragraphs)
+    return "\n\n".join(kept).format(**fields)
 
 
 def table(header: str, align: str, rows: Iterable[Sequence[object]]) -> str:
@@ -135,8 +142,57 @@ def table(header: str, align: str, rows: Iterable[Sequence[object]]) -> str:
 
 def section(key: str, *blocks: str, name: str | None = None, **fields: Any) -> str:
     """Section `name` (default `key`): its title and `intro` from `sections.toml`, then
-    `blocks` (tables, paragraphs; empty ones left out), between its BEGIN and END lines."""
+    `blocks` (tables, paragraphs; empty ones left out), between its BEGIN and END lines;
+    `when`, `commit` and `machine` are filled in unless given."""
+    fields = {"when": now(), "commit": git_commit(), "machine": describe_machine(), **fields}
     name = name or key
     heading = "## " + text(key, "title", **fields)
     parts = [heading, text(key, "intro", **fields), *(b for b in blocks if b)]
     return f"<!-- BEGIN {name} -->\n" + "\n\n".join(parts) + f"\n<!-- END {name} -->"
+
+
+@dataclass(frozen=True)
+class Outputs:
+    """Where a run writes: its databases and logs (`work`), RESULTS.md, and its other files
+    (JSON, charts). `--smoke DIR`: all below DIR, RESULTS.md a copy updated in place, so
+    that `benchmarks/` is only read."""
+
+    work: Path = WORK
+    results_md: Path = RESULTS_MD
+    files: Path = BENCH
+
+    @classmethod
+    def below(cls, directory: Path | None) -> Outputs:
+        if directory is None:
+            return cls()
+        directory = directory.resolve()
+        directory.mkdir(parents=True, exist_ok=True)
+        results_md = directory / RESULTS_MD.name
+        if not results_md.exists():
+            shutil.copyfile(RESULTS_MD, results_md)
+        return cls(directory / "work", results_md, directory)
+
+
+def smoke_option(parser: argparse.ArgumentParser, what: str) -> None:
+    """`--smoke DIR`: `what` (a small run proving the script end to end), below DIR."""
+    parser.add_argument("--smoke", type=Path, metavar="DIR", help=f"{what}, writing below DIR")
+
+
+def command() -> str:
+    """The command that runs, as RESULTS.md cites it."""
+    return " ".join(["python", f"benchmarks/{Path(sys.argv[0]).name}", *sys.argv[1:]])
+
+
+def plain(value: Any) -> Any:
+    """A result as JSON values: a dataclass as its fields but those kept out of its repr
+    (raw samples, tokens), a wrk target as its merged figures."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        if hasattr(value, "slices") and hasattr(value, "measured"):
+            return plain(value.measured()) if value.slices else None
+        fields = (f.name for f in dataclasses.fields(value) if f.repr)
+        return {name: plain(getattr(value, name)) for name in fields}
+    if isinstance(value, dict):
+        return {str(key): plain(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [plain(item) for item in value]
+    return str(value) if isinstance(value, Path) else value

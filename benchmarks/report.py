@@ -4,7 +4,7 @@ written from them (a section of RESULTS.md, list-results.json, list-bench.png).
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +18,14 @@ from provenance import section, table, text
 
 NOTES = BENCH / "list-notes.md"  # hand-written analysis of a run, kept with the figures
 CHART_NAME = "list-bench.png"
+# Issue 4 item 3: (case, what its req/s is taken against, the ratio it needs).
+TARGETS = (
+    ("list_default", "composite", 0.7),
+    ("limit_250", "composite", 0.7),
+    ("get_by_id", "composite", 0.5),
+    *((key, "list_default", 0.5) for key in ("updated_window", "property_filter")),
+    *((key, "list_default", 0.5) for key in ("order_two_keys", "scoped_token")),
+)
 
 
 @dataclass
@@ -53,9 +61,7 @@ class CaseResult:
             text += f" | HTTP floor {self.http_floor.rps:6.0f}"
         if self.inprocess_rps:
             text += f" | in-process {self.inprocess_rps:6.0f} ({self.inprocess_variant})"
-        if self.ratio:
-            text += f" | {self.ratio:.2f}x composite"
-        return text
+        return text + (f" | {self.ratio:.2f}x composite" if self.ratio else "")
 
 
 @dataclass
@@ -79,10 +85,10 @@ class Target:
     name: str
     measured: float
     need: float
+    passed: bool = False
 
-    @property
-    def passed(self) -> bool:
-        return self.measured >= self.need
+    def __post_init__(self) -> None:
+        self.passed = self.measured >= self.need
 
     def verdict(self) -> str:
         if self.passed:
@@ -95,37 +101,23 @@ class Target:
 def evaluate(run: Run) -> list[Target]:
     targets: list[Target] = []
     by_key = {r.case.key: r for r in run.cases[run.small]}
-    for key, need in (("list_default", 0.7), ("limit_250", 0.7), ("get_by_id", 0.5)):
-        ratio = by_key[key].ratio
-        if ratio is not None:
-            targets.append(Target(f"{by_key[key].case.label} vs its composite floor", ratio, need))
-    base = by_key["list_default"].served
-    assert base is not None
-    for key in ("updated_window", "property_filter", "order_two_keys", "scoped_token"):
-        served = by_key[key].served
-        assert served is not None
-        targets.append(
-            Target(f"{by_key[key].case.label} vs list default", served.rps / base.rps, 0.5)
-        )
+    for key, against, need in TARGETS:
+        result, reference = by_key[key], by_key.get(against)
+        if reference is None:
+            if result.ratio is not None:
+                name = f"{result.case.label} vs its composite floor"
+                targets.append(Target(name, result.ratio, need))
+        elif result.served and reference.served:
+            name = f"{result.case.label} vs {reference.case.label}"
+            targets.append(Target(name, result.served.rps / reference.served.rps, need))
     if run.scale:
-        paired, big_default, big_deep = run.scale[0], run.scale[1], run.scale[2]
-        assert paired.served
-        assert big_default.served
-        assert big_deep.served
-        targets.append(
-            Target(
-                f"list default at {run.big:,} rows vs at {run.small:,} (interleaved)",
-                big_default.served.rps / paired.served.rps,
-                0.85,
-            )
+        paired, default, deep = (
+            r.served or harness.Measured(0, 0, 0, 0, 0, 0, 0) for r in run.scale[:3]
         )
-        targets.append(
-            Target(
-                f"offset 90% at {run.big:,} rows vs offset 0",
-                big_deep.served.rps / big_default.served.rps,
-                0.2,
-            )
-        )
+        name = f"list default at {run.big:,} rows vs at {run.small:,} (interleaved)"
+        targets.append(Target(name, default.rps / paired.rps, 0.85))
+        name = f"offset 90% at {run.big:,} rows vs offset 0"
+        targets.append(Target(name, deep.rps / default.rps, 0.2))
     return targets
 
 
@@ -135,22 +127,13 @@ def fmt(value: float | None, digits: int = 0) -> str:
 
 def case_table(results: list[CaseResult], with_rows: bool = False) -> str:
     rows = [
-        [
-            *([f"{r.rows:,}"] if with_rows else []),
-            r.case.label,
-            fmt(r.served.rps),
-            f"{r.served.p50_ms:.2f}",
-            f"{r.served.p99_ms:.2f}",
-            f"{r.body_bytes:,}",
-            f"{r.served.wire_bytes:,.0f}",
-            fmt(r.inprocess_rps),
-            fmt(r.http_floor.rps if r.http_floor else None),
-            fmt(r.composite),
-            fmt(r.ratio, 2),
-        ]
+        [*([f"{r.rows:,}"] if with_rows else []), r.case.label, fmt(r.served.rps),
+         f"{r.served.p50_ms:.2f}", f"{r.served.p99_ms:.2f}", f"{r.body_bytes:,}",
+         f"{r.served.wire_bytes:,.0f}", fmt(r.inprocess_rps),
+         fmt(r.http_floor.rps if r.http_floor else None), fmt(r.composite), fmt(r.ratio, 2)]
         for r in results
         if r.served is not None
-    ]
+    ]  # fmt: skip
     return table(
         ("| rows " if with_rows else "")
         + "| case | req/s | p50 ms | p99 ms | body B | wire B/resp | in-process /s "
@@ -166,14 +149,10 @@ def markdown(report: dict[str, Any], run: Run, targets: list[Target]) -> str:
         f"p99 {x['p99_ms']:.2f} ms ({x['note']})."
         for x in run.extras
     )
-    scale = (
-        f"### {run.big:,} applicants, interleaved with {run.small:,}\n\n"
-        + text("list", "scale")
-        + "\n\n"
-        + case_table(run.scale, with_rows=True)
-        if run.scale
-        else ""
-    )
+    scale = "\n\n".join(
+        [f"### {run.big:,} applicants, interleaved with {run.small:,}", text("list", "scale"),
+         case_table(run.scale, with_rows=True)]
+    ) if run.scale else ""  # fmt: skip
     verdicts = table(
         "| target | measured | needs | verdict |",
         "|---|---:|---:|---|",
@@ -190,26 +169,14 @@ def markdown(report: dict[str, Any], run: Run, targets: list[Target]) -> str:
             if r.served is not None
         ),
     )  # fmt: skip
-    pool = (
-        text("list", "pool", rows=run.small)
-        + "\n\n"
-        + table(
+    pool = "Not measured in a --quick run."
+    if run.pool:
+        pool = text("list", "pool", rows=run.small) + "\n\n" + table(
             "| read connections | case | req/s | p50 ms | p99 ms |",
             "|---:|---|---:|---:|---:|",
-            (
-                [
-                    p["read_connections"],
-                    p["case"],
-                    f"{p['rps']:,.0f}",
-                    f"{p['p50_ms']:.2f}",
-                    f"{p['p99_ms']:.2f}",
-                ]
-                for p in run.pool
-            ),
-        )
-        if run.pool
-        else "Not measured in a --quick run."
-    )
+            ([p["read_connections"], p["case"], f"{p['rps']:,.0f}", f"{p['p50_ms']:.2f}",
+              f"{p['p99_ms']:.2f}"] for p in run.pool),
+        )  # fmt: skip
     notes = [n for rs in run.cases.values() for r in rs for n in r.notes]
     return section(
         "list",
@@ -252,8 +219,7 @@ def chart(run: Run, title: str, path: Path) -> None:
     figure, (left, right) = plt.subplots(
         1, 2, figsize=(15, 6.5), gridspec_kw={"width_ratios": [3, 2]}
     )
-    positions = list(range(len(cases)))
-    height = 0.2
+    positions, height = list(range(len(cases))), 0.2
     series = [
         ("served", [r.served.rps if r.served else 0 for r in cases], "#1f77b4"),
         ("composite floor", [r.composite or 0 for r in cases], "#ff7f0e"),
@@ -261,17 +227,12 @@ def chart(run: Run, title: str, path: Path) -> None:
         ("in-process floor", [r.inprocess_rps or 0 for r in cases], "#777777"),
     ]
     for i, (name, values, color) in enumerate(series):
-        left.barh(
-            [p + (i - 1.5) * height for p in positions], values, height, label=name, color=color
-        )
+        shifted = [p + (i - 1.5) * height for p in positions]
+        left.barh(shifted, values, height, label=name, color=color)
     for p, r in zip(positions, cases, strict=True):
         if r.served and r.ratio:
             left.text(
-                r.served.rps * 1.08,
-                p - 1.5 * height,
-                f"{r.ratio:.2f}x",
-                va="center",
-                fontsize=8,
+                r.served.rps * 1.08, p - 1.5 * height, f"{r.ratio:.2f}x", va="center", fontsize=8
             )
     left.set_yticks(positions, [r.case.label for r in cases])
     left.invert_yaxis()
@@ -280,19 +241,14 @@ def chart(run: Run, title: str, path: Path) -> None:
     left.set_title(f"{run.small:,} applicants: each case against its floors (x = of composite)")
     left.legend(loc="lower right", fontsize=8)
     left.grid(axis="x", alpha=0.3)
-
-    for rows, series_results in sorted(run.depth.items()):
+    for rows, results in sorted(run.depth.items()):
         points = [
             (r.case.offset / rows * 100, r.served.p50_ms, r.inprocess_rps)
-            for r in series_results
+            for r in results
             if r.served is not None
         ]
-        drawn = right.plot(
-            [p[0] for p in points],
-            [p[1] for p in points],
-            marker="o",
-            label=f"served p50, {rows:,} rows ({CONNECTIONS} connections)",
-        )
+        label = f"served p50, {rows:,} rows ({CONNECTIONS} connections)"
+        drawn = right.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=label)
         right.plot(
             [p[0] for p in points if p[2]],
             [1000 / p[2] for p in points if p[2]],
@@ -311,48 +267,3 @@ def chart(run: Run, title: str, path: Path) -> None:
     figure.tight_layout()
     figure.savefig(path, dpi=110)
     plt.close(figure)
-
-
-def serialise(report: dict[str, Any], run: Run, targets: list[Target]) -> dict[str, Any]:
-    def one(r: CaseResult) -> dict[str, Any]:
-        return {
-            "case": r.case.key,
-            "label": r.case.label,
-            "path": r.case.path,
-            "rows": r.rows,
-            "body_bytes": r.body_bytes,
-            "served": asdict(r.served) if r.served else None,
-            "http_floor_rps": r.http_floor.rps if r.http_floor else None,
-            "inprocess_rps": r.inprocess_rps,
-            "inprocess_variant": r.inprocess_variant,
-            "composite_rps": r.composite,
-            "ratio_to_composite": r.ratio,
-            "notes": r.notes,
-        }
-
-    return {
-        **report,
-        "cases": {str(rows): [one(r) for r in rs] for rows, rs in run.cases.items()},
-        "scale": [one(r) for r in run.scale],
-        "offset_depth": {str(rows): [one(r) for r in rs] for rows, rs in run.depth.items()},
-        "pool": run.pool,
-        "extras": run.extras,
-        "targets": [{**asdict(t), "passed": t.passed} for t in targets],
-        "cursors": run.cursors.summary() if run.cursors else None,
-        "matrix": [result.summary() for result in run.matrix],
-        "clients": [clients.summary(result) for result in run.clients],
-    }
-
-
-def print_table(run: Run, targets: list[Target]) -> None:
-    print()
-    for results in (run.cases[run.small], run.scale):
-        for r in results:
-            print(r.line())
-    if run.cursors:
-        print()
-        print("\n".join(run.cursors.lines()))
-    print()
-    for t in targets:
-        print(f"  {t.verdict():<26} {t.name}: {t.measured:.2f}x (needs >= {t.need:.2f}x)")
-    print()
