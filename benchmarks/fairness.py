@@ -10,6 +10,7 @@ timing); its requests are drained before the next slice. One server per
 from __future__ import annotations
 
 import argparse
+import contextlib
 import http.client
 import multiprocessing
 import random
@@ -22,7 +23,6 @@ from multiprocessing.synchronize import Event
 from pathlib import Path
 from typing import Any
 
-import databases
 import harness
 import provenance
 from cases import iso
@@ -55,9 +55,10 @@ def _heavy_request(base: str, path: str, token: str) -> tuple[int, float]:
     split = urllib.parse.urlsplit(base)
     connection = http.client.HTTPConnection(split.hostname or "", split.port, timeout=DRAIN_SECONDS)
     started = time.perf_counter()
-    headers = {"Authorization": f"Bearer {token}", **HEAVY_HEADERS}
     try:
-        connection.request("GET", path, headers=headers)
+        connection.request(
+            "GET", path, headers={"Authorization": f"Bearer {token}", **HEAVY_HEADERS}
+        )
         response = connection.getresponse()
         while response.read(1 << 20):  # read to the end, a MiB at a time, and forget it
             pass
@@ -153,18 +154,19 @@ class Variant:
         ]
 
 
-def measure(variant: Variant, db: Path, rounds: int, seconds: float) -> None:
-    light_token = databases.create_token(db, "fair-light")
-    heavy_token = databases.create_token(db, "fair-heavy")
-    reader = databases.read_only(db)
-    ids = [row[0] for row in reader.execute("SELECT id FROM applicants LIMIT 2000")]
-    low, high = reader.execute("SELECT min(last_seen), max(last_seen) FROM applicants").fetchone()
+def measure(variant: Variant, db: Path, rounds: int, seconds: float, work: Path) -> None:
+    light_token = harness.create_token(db, "fair-light")
+    heavy_token = harness.create_token(db, "fair-heavy")
+    ids = harness.first_ids(db, 2000)
+    with contextlib.closing(harness.read_only(db)) as reader:
+        sql = "SELECT min(last_seen), max(last_seen) FROM applicants"
+        low, high = reader.execute(sql).fetchone()
     rng = random.Random(17)
     light_paths = [p for i in ids for p in ("/v1/applicants", f"/v1/applicants/{i}")]
     env = {"LEASESTAR_RATE_LIMIT": "600/minute", "LEASESTAR_LOG_FORMAT": "off"}
     env["LEASESTAR_TOKEN_CONCURRENCY"] = variant.concurrency
     spawn = multiprocessing.get_context("spawn")
-    with harness.leasestar_server(f"fairness-{variant.concurrency}", db, env) as server:
+    with harness.leasestar_server(f"fairness-{variant.concurrency}", db, env, work=work) as server:
         light_slice(server.base, light_token, light_paths, 2)  # warm-up
         for number in range(rounds):
             variant.alone += light_slice(server.base, light_token, light_paths, seconds)
@@ -190,7 +192,9 @@ def measure(variant: Variant, db: Path, rounds: int, seconds: float) -> None:
             )
 
 
-def report(variants: list[Variant], rounds: int, seconds: float, load: str, took: float) -> str:
+def report(
+    variants: list[Variant], rows: int, rounds: int, seconds: float, load: str, took: float
+) -> str:
     return provenance.section(
         "fairness",
         provenance.table(
@@ -200,19 +204,10 @@ def report(variants: list[Variant], rounds: int, seconds: float, load: str, took
             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
             (variant.row() for variant in variants),
         ),
-        when=provenance.now(),
-        commit=provenance.git_commit(),
-        rows=ROWS,
-        rounds=rounds,
-        seconds=seconds,
-        minutes=took / 60,
-        machine=provenance.describe_machine(),
-        load_before=load,
-        load_after=provenance.loadavg(),
-        light_rate=LIGHT_RATE,
-        heavy_rate=HEAVY_RATE,
+        rows=rows, rounds=rounds, seconds=seconds, minutes=took / 60, load_before=load,
+        load_after=provenance.loadavg(), light_rate=LIGHT_RATE, heavy_rate=HEAVY_RATE,
         outstanding=HEAVY_OUTSTANDING,
-    )
+    )  # fmt: skip
 
 
 def main() -> int:
@@ -221,19 +216,23 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=20, help="seconds per slice (default 20)")
     parser.add_argument("--quick", action="store_true", help="2 rounds of 8 s: a look")
     parser.add_argument("--no-write", action="store_true", help="print, leave RESULTS.md as is")
+    provenance.smoke_option(parser, "2,000 rows, one round of 3 s")
     args = parser.parse_args()
-    rounds, seconds = (2, 8.0) if args.quick else (args.rounds, args.seconds)
+    rows, rounds, seconds = ROWS, *((2, 8.0) if args.quick else (args.rounds, args.seconds))
+    if args.smoke:
+        rows, rounds, seconds = 2_000, 1, 3.0
+    outputs = provenance.Outputs.below(args.smoke)
     harness.raise_priority()
-    db = databases.ensure_database(ROWS)
+    db = harness.ensure_database(rows, outputs.work)
     load, started = provenance.loadavg(), time.monotonic()
     variants = [Variant(concurrency) for concurrency in VARIANTS]
     with harness.on_core(harness.CLIENT_CORE):
         for variant in variants:
-            measure(variant, db, rounds, seconds)
-    section = report(variants, rounds, seconds, load, time.monotonic() - started)
+            measure(variant, db, rounds, seconds, outputs.work)
+    section = report(variants, rows, rounds, seconds, load, time.monotonic() - started)
     print(section)
     if not args.no_write:
-        provenance.write_section(section)
+        provenance.write_section(section, outputs.results_md)
     return 0
 
 

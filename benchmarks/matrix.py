@@ -1,11 +1,6 @@
 """The query matrix (issue 17): every ordering against every kind of filter, values drawn
-at random per request so that no cache answers; p50 and p99 of each combination.
-
-Requests are generated up front from a fixed seed, in rounds that ask every combination
-once in a shuffled order (background load falls on all alike), sent one at a time on one
-keep-alive connection and timed to the last byte. A combination slower than `SLOW_MS`
-after the first rounds is asked no more, so a slow build cannot stretch the run for
-hours. Method in full: the matrix section of RESULTS.md (`sections.toml`). On its own:
+at random per request so that no cache answers; p50 and p99 of each combination, and its
+section of RESULTS.md. Method in full: the section's text in `sections.toml`. On its own:
 `.venv/bin/python benchmarks/matrix.py [--rows N ...] [--quick] [--results FILE]`.
 """
 
@@ -139,45 +134,27 @@ def prepare(db: Path, rows: int) -> Domain:
     return Domain(rows, ranges, values, tokens, unscoped)
 
 
-def _date_bound(rng: random.Random, domain: Domain) -> dict[str, tuple[str, int]]:
-    column = rng.choice(DATE_COLUMNS)
-    low, high = domain.ranges[column]
-    side = rng.choice(("gte", "lte"))
-    return {
-        f"{column}_{side}": (
-            f"{column} {'>=' if side == 'gte' else '<='} ?",
-            rng.randint(low, high),
-        )
-    }
-
-
-def _date_window(rng: random.Random, domain: Domain) -> dict[str, tuple[str, int]]:
-    column = rng.choice(DATE_COLUMNS)
-    low, high = domain.ranges[column]
-    width = int((high - low) * rng.uniform(0.01, 0.3))
-    start = rng.randint(low, high - width)
-    return {
-        f"{column}_gte": (f"{column} >= ?", start),
-        f"{column}_lte": (f"{column} <= ?", start + width),
-    }
-
-
-def _equality(rng: random.Random, domain: Domain) -> dict[str, tuple[str, str]]:
-    column = rng.choice(EQUALITY_COLUMNS)
-    return {column: (f"{column} = ?", rng.choice(domain.values[column]))}
-
-
 def draw(rng: random.Random, domain: Domain, ordering: str, kind: str) -> Request:
-    """One request of a combination, its values drawn from `rng`."""
+    """One request of a combination, its values drawn from `rng` (always in this order,
+    so that a seed makes the same requests)."""
     params: dict[str, tuple[str, Any]] = {}
-    token = domain.unscoped
-    scope: tuple[str, ...] = ()
+    token, scope = domain.unscoped, ()
     if kind in ("date bound", "equality + date bound") or kind.startswith("scope"):
-        params.update(_date_bound(rng, domain))
+        column = rng.choice(DATE_COLUMNS)
+        low, high = domain.ranges[column]
+        side = rng.choice(("gte", "lte"))
+        sql = f"{column} {'>=' if side == 'gte' else '<='} ?"
+        params[f"{column}_{side}"] = (sql, rng.randint(low, high))
     if kind == "date window":
-        params.update(_date_window(rng, domain))
+        column = rng.choice(DATE_COLUMNS)
+        low, high = domain.ranges[column]
+        width = int((high - low) * rng.uniform(0.01, 0.3))
+        start = rng.randint(low, high - width)
+        params[f"{column}_gte"] = (f"{column} >= ?", start)
+        params[f"{column}_lte"] = (f"{column} <= ?", start + width)
     if kind.startswith("equality"):
-        params.update(_equality(rng, domain))
+        column = rng.choice(EQUALITY_COLUMNS)
+        params[column] = (f"{column} = ?", rng.choice(domain.values[column]))
     if kind.startswith("scope"):
         scope, token = rng.choice(domain.tokens[int(kind.split()[1])])
     query = {"order-by": ordering}
@@ -312,14 +289,9 @@ def measure(base: str, db: Path, domain: Domain, settings: MatrixSettings) -> Ma
         client.close()
     seconds = time.monotonic() - started
     checked = check_totals(db, list(combinations.values()), settings.checks, problems)
+    found = list(combinations.values())
     result = MatrixResult(
-        domain.rows,
-        list(combinations.values()),
-        problems,
-        checked,
-        seconds,
-        len(dropped),
-        first_seconds,
+        domain.rows, found, problems, checked, seconds, len(dropped), first_seconds
     )
     worst = result.worst
     say(
@@ -364,32 +336,18 @@ def _database(result: MatrixResult) -> str:
     """One database's combinations, its worst and its slowest requests, as markdown."""
     worst = result.worst
     requests = [len(c.samples) for c in result.combinations]
-    problems = (
-        f"{len(result.problems)} problems: " + "; ".join(result.problems[:5])
-        if result.problems
-        else "all exact."
-    )
+    problems = "all exact."
+    if result.problems:
+        problems = f"{len(result.problems)} problems: " + "; ".join(result.problems[:5])
+    over = sum(1 for c in result.combinations if c.latencies and c.p50 > TARGET_P50_MS)
     size = text(
-        "matrix",
-        "size",
-        combinations=len(result.combinations),
-        fewest=min(requests),
-        most=max(requests),
-        requests=sum(requests),
-        seconds=result.seconds,
-        dropped=result.dropped,
-        first_seconds=result.first_seconds,
-        worst_ordering=worst.ordering,
-        worst_kind=worst.kind,
-        worst_p50=worst.p50,
-        worst_p99=worst.p99,
-        over=sum(1 for c in result.combinations if c.latencies and c.p50 > TARGET_P50_MS),
-        target_p50=TARGET_P50_MS,
-        p99_all=result.p99_all,
-        target_p99=TARGET_P99_MS,
-        checked=result.checked,
-        problems=problems,
-    )
+        "matrix", "size", combinations=len(result.combinations), fewest=min(requests),
+        most=max(requests), requests=sum(requests), seconds=result.seconds,
+        dropped=result.dropped, first_seconds=result.first_seconds,
+        worst_ordering=worst.ordering, worst_kind=worst.kind, worst_p50=worst.p50,
+        worst_p99=worst.p99, over=over, target_p50=TARGET_P50_MS, p99_all=result.p99_all,
+        target_p99=TARGET_P99_MS, checked=result.checked, problems=problems,
+    )  # fmt: skip
     by_key = {(c.ordering, c.kind): c for c in result.combinations}
     orderings = dict.fromkeys(c.ordering for c in result.combinations)
     grid = table(
@@ -408,14 +366,9 @@ def markdown(results: list[MatrixResult], command: str, when: str) -> str:
         "matrix",
         *(_database(result) for result in results),
         f"![p50 of each combination]({CHART_NAME})",
-        when=when,
-        command=command,
-        scope_tokens=SCOPE_TOKENS,
-        client_core=CLIENT_CORE,
-        server_core=SERVER_CORE,
-        slow_ms=SLOW_MS,
-        target_p50=TARGET_P50_MS,
-    )
+        when=when, command=command, scope_tokens=SCOPE_TOKENS, client_core=CLIENT_CORE,
+        server_core=SERVER_CORE, slow_ms=SLOW_MS, target_p50=TARGET_P50_MS,
+    )  # fmt: skip
 
 
 def chart(results: list[MatrixResult], title: str, path: Path) -> None:
@@ -438,14 +391,8 @@ def chart(results: list[MatrixResult], title: str, path: Path) -> None:
         image = axis.imshow(grid, cmap="RdYlGn_r", norm=norm, aspect="auto")
         for y, row in enumerate(grid):
             for x, value in enumerate(row):
-                axis.text(
-                    x,
-                    y,
-                    f"{value:.0f}" if value >= 10 else f"{value:.1f}",
-                    ha="center",
-                    va="center",
-                    fontsize=6,
-                )
+                shown = f"{value:.0f}" if value >= 10 else f"{value:.1f}"
+                axis.text(x, y, shown, ha="center", va="center", fontsize=6)
         axis.set_xticks(range(len(KINDS)), KINDS, rotation=30, ha="right", fontsize=7)
         # The orderings are the same in every panel: named once, on the left.
         axis.set_yticks(range(len(orderings)), orderings if index == 0 else [], fontsize=7)
