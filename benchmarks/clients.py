@@ -81,20 +81,17 @@ class ClientsResult:
                 found.append((what, ratio, f">= {case.need:.2f}x", ratio >= case.need))
             wire = self.wire_ratio(case.key) if case.key in ENCODINGS else None
             if wire is not None:
-                found.append(
-                    (f"{case.label}: bytes on the wire vs identity", wire, "<= 0.30x", wire <= 0.3)
-                )
+                what = f"{case.label}: bytes on the wire vs identity"
+                found.append((what, wire, "<= 0.30x", wire <= 0.3))
         return found
 
 
 def offsets_file(rows: int, work: Path) -> Path:
     """Random default-order pages by offset, one path a line, from a fixed seed."""
     chooser = random.Random(SEED)
-    path = work / f"distinct-offsets-{rows}.txt"
-    top = max(0, rows - LIMIT)
-    path.write_text(
-        "".join(f"/v1/applicants?offset={chooser.randint(0, top)}\n" for _ in range(OFFSETS))
-    )
+    path, top = work / f"distinct-offsets-{rows}.txt", max(0, rows - LIMIT)
+    lines = (f"/v1/applicants?offset={chooser.randint(0, top)}\n" for _ in range(OFFSETS))
+    path.write_text("".join(lines))
     return path
 
 
@@ -223,11 +220,8 @@ def _database(result: ClientsResult) -> str:
     for case in result.cases.values():
         m = case.measured
         assert m is not None
-        against = (
-            result.cases[case.reference].label
-            if case.reference
-            else ("composite floor" if case.key in result.composite else "")
-        )
+        against = "composite floor" if case.key in result.composite else ""
+        against = result.cases[case.reference].label if case.reference else against
         rows.append(
             [case.label, f"{m.rps:,.0f}", f"{m.p50_ms:.2f}", f"{m.p99_ms:.2f}",
              f"{m.wire_bytes:,.0f}", _fmt(result.ratio(case.key)), against]
@@ -239,20 +233,13 @@ def _database(result: ClientsResult) -> str:
         for what, measured, needs, met in result.targets()
     )
     found = "; ".join(result.notes) if result.notes else "all as expected."
-    return "\n\n".join(
-        [
-            f"### {result.rows:,} applicants ({result.cursors:,} distinct cursor pages)",
-            table(
-                "| case | req/s | p50 ms | p99 ms | wire B/resp | ratio | against |",
-                "|---|---:|---:|---:|---:|---:|---|",
-                rows,
-            ),
-            table(
-                "| target (issue 15) | measured | needs | verdict |", "|---|---:|---:|---|", targets
-            ),
-            text("clients", "encodings", browser=BROWSER, found=found),
-        ]
-    )
+    return "\n\n".join([
+        f"### {result.rows:,} applicants ({result.cursors:,} distinct cursor pages)",
+        table("| case | req/s | p50 ms | p99 ms | wire B/resp | ratio | against |",
+              "|---|---:|---:|---:|---:|---:|---|", rows),
+        table("| target (issue 15) | measured | needs | verdict |", "|---|---:|---:|---|", targets),
+        text("clients", "encodings", browser=BROWSER, found=found),
+    ])  # fmt: skip
 
 
 def markdown(results: list[ClientsResult], settings: Settings, command: str, when: str) -> str:
@@ -260,15 +247,9 @@ def markdown(results: list[ClientsResult], settings: Settings, command: str, whe
         "clients",
         *(_database(result) for result in results),
         f"![req/s and bytes on the wire of each client case]({CHART_NAME})",
-        when=when,
-        command=command,
-        seconds=settings.seconds,
-        slices=settings.slices,
-        warmup=settings.warmup,
-        limit=LIMIT,
-        offsets=OFFSETS,
-        walk=WALK,
-    )
+        when=when, command=command, seconds=settings.seconds, slices=settings.slices,
+        warmup=settings.warmup, limit=LIMIT, offsets=OFFSETS, walk=WALK,
+    )  # fmt: skip
 
 
 def chart(results: list[ClientsResult], title: str, path: Path) -> None:

@@ -1,10 +1,6 @@
-"""Cursor walks at depth (issue 7), run by `make bench` on its 1,000,000-row server.
-
-Cursors at 10%, 50% and 90% depth of each ordering of `ORDERINGS` are made without
-walking there (the position's key values as SQL stores them, and the app's own
-`cursor_state`, signed with the database's key), each page checked against the SQL page
-at that position, then measured in interleaved slices. Target: per ordering, p50 at 90%
-within 1.5x of its first page.
+"""Cursor walks at depth (issue 7), run by `make bench` on its 1,000,000-row server:
+cursors at 10%, 50% and 90% of each ordering, made without walking there, each page
+checked against the SQL page at that position, then measured in interleaved slices.
 """
 
 from __future__ import annotations
@@ -231,21 +227,11 @@ def markdown(result: Walk, command: str) -> str:
     target = text(
         "cursors", "target", target=TARGET, verdict=verdict, by_ordering=by_ordering, errors=errors
     )
+    settings, orderings = result.settings, ", ".join(f"`{o.name}`" for o in ORDERINGS)
     return section(
-        "cursors",
-        pages,
-        target,
-        command=command,
-        rows=result.rows,
-        limit=LIMIT,
-        orderings=", ".join(f"`{o.name}`" for o in ORDERINGS),
-        seconds=result.settings.seconds,
-        slices=result.settings.slices,
-        warmup=result.settings.warmup,
-        load_before=result.loads[0],
-        load_after=result.loads[1],
-        machine=provenance.describe_machine("python", "sqlite", "wrk"),
-        server_core=SERVER_CORE,
-        client_core=CLIENT_CORE,
-        connections=CONNECTIONS,
-    )
+        "cursors", pages, target, command=command, rows=result.rows, limit=LIMIT,
+        orderings=orderings, seconds=settings.seconds, slices=settings.slices,
+        warmup=settings.warmup, load_before=result.loads[0], load_after=result.loads[1],
+        machine=provenance.describe_machine("python", "sqlite", "wrk"), server_core=SERVER_CORE,
+        client_core=CLIENT_CORE, connections=CONNECTIONS,
+    )  # fmt: skip

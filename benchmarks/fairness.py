@@ -1,10 +1,8 @@
-"""No token can starve the rest (issue 17, point 5): `python benchmarks/fairness.py`.
-
-A light token's latency (list page and get by id in turn, one connection) alone, then
-while a heavy token sends its full allowance of the most expensive request found
-(`HEAVY_PATH`) from a process of its own (so its threads do not slow the light client's
-timing); its requests are drained before the next slice. One server per
-`--token-concurrency` value (`off`: before the cap). Writes the `fairness` section.
+"""No token can starve the rest (issue 17, point 5): a light token's latency alone, then
+while a heavy token sends its full allowance of the most expensive request found, from a
+process of its own (so its threads do not slow the light client's timing), its requests
+drained before the next slice; one server per `--token-concurrency` value (`off`: before
+the cap). Method in full: the section's text in `sections.toml`.
 """
 
 from __future__ import annotations
@@ -17,6 +15,7 @@ import random
 import threading
 import time
 import urllib.parse
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from multiprocessing.synchronize import Event
@@ -130,28 +129,18 @@ class Variant:
     heavy: list[Heavy] = field(default_factory=list)
 
     def row(self) -> list[str]:
-        sent = sum(h.sent for h in self.heavy)
-        skipped = sum(h.skipped for h in self.heavy)
-        statuses: dict[int, int] = {}
-        for h in self.heavy:
-            for status, n in h.statuses.items():
-                statuses[status] = statuses.get(status, 0) + n
+        statuses = sum((Counter(h.statuses) for h in self.heavy), Counter[int]())
         served = [ms for h in self.heavy for ms in h.served_ms]
         ratio = percentile(self.loaded, 99) / percentile(self.alone, 99)
+        sent, skipped = sum(h.sent for h in self.heavy), sum(h.skipped for h in self.heavy)
+        phases = (self.alone, self.loaded)
         return [
-            self.concurrency,
-            str(len(self.alone)),
-            *(
-                f"{percentile(values, p):.2f}"
-                for values in (self.alone, self.loaded)
-                for p in (50, 99)
-            ),
-            f"**{ratio:.2f}x** {'✅' if ratio <= 2 else '❌'}",
-            f"{sent:,} ({skipped:,} not sent)",
-            f"{statuses.get(200, 0):,}",
-            f"{statuses.get(429, 0):,}",
+            self.concurrency, str(len(self.alone)),
+            *(f"{percentile(values, p):.2f}" for values in phases for p in (50, 99)),
+            f"**{ratio:.2f}x** {'✅' if ratio <= 2 else '❌'}", f"{sent:,} ({skipped:,} not sent)",
+            f"{statuses[200]:,}", f"{statuses[429]:,}",
             f"{percentile(served, 50) / 1000 if served else 0:.2f}",
-        ]
+        ]  # fmt: skip
 
 
 def measure(variant: Variant, db: Path, rounds: int, seconds: float, work: Path) -> None:

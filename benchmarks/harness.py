@@ -1,13 +1,7 @@
-"""The measuring harness every benchmark uses: databases, servers, pinning, wrk, slices.
-
-- `ensure_database`, `create_token`, `read_only`, `copy_database`, `first_ids`: the seeded
-  databases of `benchmarks/work/` (or a smoke run's directory), reused while they match.
-- `leasestar_server` / `server`: a server pinned to a core on a free port, waited for
-  until its health route answers 200, stopped with a signal.
-- `WrkTarget`, `interleave`: wrk pinned to the client core, a target's slices taken in
-  turns with the others' and merged into one `Measured`.
-
-What a report records about the run, and where it goes, is `provenance.py`'s.
+"""The measuring harness every benchmark uses: the seeded databases (`ensure_database`),
+servers pinned to a core (`leasestar_server`), wrk pinned to the other (`WrkTarget`),
+slices taken in turns (`interleave`). What a report records, and where, is
+`provenance.py`'s.
 """
 
 from __future__ import annotations
@@ -78,14 +72,6 @@ def read_only(path: Path) -> sqlite3.Connection:
     return connection
 
 
-def count_rows(path: Path) -> int:
-    try:
-        with contextlib.closing(read_only(path)) as db:
-            return int(db.execute("SELECT count(*) FROM applicants").fetchone()[0])
-    except sqlite3.Error:
-        return -1
-
-
 def data_fingerprint() -> str:
     """What a seeded database depends on: the schema, its page size, and what the
     generator makes (its output rather than its source, so that making it faster without
@@ -123,7 +109,9 @@ def ensure_database(rows: int, work: Path = WORK) -> Path:
         say(f"{partial.name} is being seeded by another run; waiting for it")
         time.sleep(15)
     if path.exists():
-        found, built_from = count_rows(path), stamp.read_text().strip() if stamp.exists() else ""
+        found, built_from = -1, stamp.read_text().strip() if stamp.exists() else ""
+        with contextlib.suppress(sqlite3.Error), contextlib.closing(read_only(path)) as db:
+            found = int(db.execute("SELECT count(*) FROM applicants").fetchone()[0])
         if found == rows and built_from == fingerprint:
             say(f"reusing {shown(path)} ({rows:,} applicants)")
             return path
@@ -205,19 +193,14 @@ def on_core(core: str) -> Iterator[None]:
         os.sched_setaffinity(0, before)
 
 
-def ensure_wrk() -> str:
-    """wrk's path; installed from Debian's package when missing and allowed, else exit."""
+def ensure_wrk() -> None:
+    """wrk, installed from Debian's package when missing and allowed, else exit."""
     if not shutil.which("wrk") and shutil.which("apt-get") and os.geteuid() == 0:
         say("wrk is missing: apt-get update && apt-get install -y wrk")
         subprocess.run(["apt-get", "update", "-qq"], check=False)
         subprocess.run(["apt-get", "install", "-y", "-qq", "wrk"], check=False)
-    found = shutil.which("wrk")
-    if found:
-        return found
-    sys.exit(
-        "wrk is required. On Debian or Ubuntu: sudo apt-get install -y wrk; "
-        "on macOS: brew install wrk; elsewhere build it from its source."
-    )
+    if not shutil.which("wrk"):
+        sys.exit("wrk is required: apt-get install -y wrk, brew install wrk, or from its source.")
 
 
 @dataclass
@@ -321,15 +304,9 @@ class WrkTarget:
                     return float(value) / 1000
             return float(points[-1][0]) / 1000 if points else 0.0
 
-        return Measured(
-            rps=requests / duration if duration else 0.0,
-            p50_ms=quantile(0.5),
-            p90_ms=quantile(0.9),
-            p99_ms=quantile(0.99),
-            wire_bytes=sum(s["bytes"] for s in self.slices) / max(requests, 1),
-            requests=requests,
-            errors=errors,
-        )
+        rps, wire = requests / duration if duration else 0.0, sum(s["bytes"] for s in self.slices)
+        quantiles = (quantile(0.5), quantile(0.9), quantile(0.99))
+        return Measured(rps, *quantiles, wire / max(requests, 1), requests, errors)
 
 
 def interleave(

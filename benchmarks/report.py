@@ -179,33 +179,20 @@ def markdown(report: dict[str, Any], run: Run, targets: list[Target]) -> str:
         )  # fmt: skip
     notes = [n for rs in run.cases.values() for r in rs for n in r.notes]
     return section(
-        "list",
-        f"### {run.small:,} applicants",
-        case_table(run.cases[run.small]),
-        extras,
-        scale,
-        "### Targets (issue 4 item 3)",
-        verdicts,
-        text("list", "total"),
-        "### p50 against offset depth (default order, created_at desc)",
-        depth,
-        "### One read connection or a pool (issue 2)",
-        pool,
+        "list", f"### {run.small:,} applicants", case_table(run.cases[run.small]), extras, scale,
+        "### Targets (issue 4 item 3)", verdicts, text("list", "total"),
+        "### p50 against offset depth (default order, created_at desc)", depth,
+        "### One read connection or a pool (issue 2)", pool,
         "**Correctness problems seen during the run**: " + "; ".join(notes) if notes else "",
         # Hand-written analysis of a run (profile, misses, suggestions): kept with the figures.
         NOTES.read_text().rstrip("\n") if NOTES.exists() else "",
         f"![each case against its floors; p50 against offset depth]({CHART_NAME})",
-        **{
-            **report,
-            **report["settings"],
-            "machine": ", ".join(f"{k} {v}" for k, v in report["machine"].items()),
-            "versions": ", ".join(f"{k} {v}" for k, v in report["versions"].items()),
-            "server_env": ", ".join(f"`{k}={v}`" for k, v in SERVER_ENV.items()),
-            "server_core": SERVER_CORE,
-            "client_core": CLIENT_CORE,
-            "connections": CONNECTIONS,
-        },
-    )
+        **{**report, **report["settings"],
+           "machine": ", ".join(f"{k} {v}" for k, v in report["machine"].items()),
+           "versions": ", ".join(f"{k} {v}" for k, v in report["versions"].items())},
+        server_env=", ".join(f"`{k}={v}`" for k, v in SERVER_ENV.items()),
+        server_core=SERVER_CORE, client_core=CLIENT_CORE, connections=CONNECTIONS,
+    )  # fmt: skip
 
 
 def chart(run: Run, title: str, path: Path) -> None:
@@ -249,14 +236,11 @@ def chart(run: Run, title: str, path: Path) -> None:
         ]
         label = f"served p50, {rows:,} rows ({CONNECTIONS} connections)"
         drawn = right.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=label)
+        floor = [(p[0], 1000 / p[2]) for p in points if p[2]]
         right.plot(
-            [p[0] for p in points if p[2]],
-            [1000 / p[2] for p in points if p[2]],
-            linestyle="--",
-            color=drawn[0].get_color(),
-            alpha=0.6,
-            label=f"in-process time per page, {rows:,} rows",
-        )
+            [p[0] for p in floor], [p[1] for p in floor], linestyle="--",
+            color=drawn[0].get_color(), alpha=0.6, label=f"in-process time per page, {rows:,} rows",
+        )  # fmt: skip
     right.set_yscale("log")
     right.set_xlabel("offset, % of rows (created_at desc)")
     right.set_ylabel("ms, log scale")
