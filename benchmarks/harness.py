@@ -340,6 +340,17 @@ def interleave(
             after_round(number)
 
 
+def wait_until(
+    check: Callable[[], object], seconds: float, failure: str, every: float = 0.2
+) -> None:
+    """Call `check` every `every` seconds until it is true; past `seconds`, fail the run."""
+    deadline = time.monotonic() + seconds
+    while not check():
+        if time.monotonic() > deadline:
+            raise RuntimeError(failure)
+        time.sleep(every)
+
+
 def percentile(values: list[float], fraction: float) -> float:
     """The value at `fraction` of the sorted values, by the nearest index."""
     ordered = sorted(values)

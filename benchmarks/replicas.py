@@ -1,11 +1,7 @@
 """Edge replicas (issue 14): lag from a primary's commit to a replica serving it, and a
-replica's throughput against its primary's, caught up and while it applies an import.
-
-The primary is a copy of the bench database, replicated with `leasestar replicate` to a
-`file://` store beside it; the replica (`serve --replica-of`) and the primary are served
-side by side on the server core, wrk on the client core. Method in full: the section's
-text in `sections.toml`. `make bench` runs it last (with its `--quick` or `--smoke
-DIR`); `--rows 1000000` takes the 1M database; `--out FILE` writes the section elsewhere.
+replica's throughput against its primary's, caught up and while it applies an import. A
+copy of the bench database is replicated with `leasestar replicate` to a `file://` store
+beside it. Method in full: the section's text in `sections.toml`.
 """
 
 from __future__ import annotations
@@ -18,7 +14,7 @@ import sqlite3
 import statistics
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -72,12 +68,11 @@ def _replicating(db: Path, store: Path) -> Iterator[None]:
         stderr=subprocess.DEVNULL,
     )
     try:
-        deadline = time.monotonic() + 300
         # A finished file: litestream writes each under a temporary name first.
-        while not any((store / "ltx" / "0").glob("*.ltx")):
-            if time.monotonic() > deadline or process.poll() is not None:
-                raise RuntimeError("leasestar replicate did not ship the database")
-            time.sleep(0.2)
+        shipped = lambda: process.poll() is not None or any(_store_files(store))  # noqa: E731
+        harness.wait_until(shipped, 300, "leasestar replicate did not ship the database")
+        if process.poll() is not None:
+            raise RuntimeError("leasestar replicate did not ship the database")
         yield
     finally:
         process.terminate()
@@ -133,27 +128,15 @@ def _followed_txid(replica_db: Path) -> int:
         return 0
 
 
-def _wait_for(check: Callable[[], bool], what: str, seconds: float = 120) -> None:
-    """Poll `check` every POLL_SECONDS until true (an import not served in `seconds` fails
-    the run)."""
-    deadline = time.monotonic() + seconds
-    while not check():
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"the replica did not {what} within {seconds:.0f} s")
-        time.sleep(POLL_SECONDS)
-
-
 def _wait_caught_up(replica: str) -> None:
     """Until the replica has applied the store's newest transaction."""
-    deadline = time.monotonic() + 900
-    while True:
+
+    def caught_up() -> bool:
         health = _health(replica)
         behind, served = health.get("transactions_behind"), health.get("served_txid")
-        if health.get("store") == "ok" and behind == 0 and int(str(served or 0)) > 0:
-            return
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"the replica did not catch up in 900 s: {health}")
-        time.sleep(0.5)
+        return health.get("store") == "ok" and behind == 0 and int(str(served or 0)) > 0
+
+    harness.wait_until(caught_up, 900, "the replica did not catch up in 900 s", 0.5)
 
 
 def measure_lag(
@@ -199,9 +182,8 @@ def measure_lag(
                     polls, record, token, (store, in_store_before), replica_db
                 )
                 if last:
-                    _wait_for(
-                        lambda p=polls, b=before_total: _total(p, token) != b, "count it", 600
-                    )
+                    counted = lambda p=polls, b=before_total: _total(p, token) != b  # noqa: E731
+                    harness.wait_until(counted, 600, "the replica did not count it", POLL_SECONDS)
                     lags.counted.append(time.monotonic() - committed)
             finally:
                 polls.close()
@@ -302,9 +284,7 @@ def main() -> None:
     parser.add_argument("--slice", type=int, default=2, help="seconds per wrk slice")
     provenance.smoke_option(parser, "2,000 rows, 1 s slices")
     parser.add_argument("--quick", action="store_true", help="20 imports, 4 s per target")
-    parser.add_argument(
-        "--skip-applying", action="store_true", help="no throughput during a large change"
-    )
+    parser.add_argument("--skip-applying", action="store_true", help="not while a change applies")
     parser.add_argument("--out", type=Path, help="the RESULTS.md to write the section into")
     args = parser.parse_args()
     if args.quick:

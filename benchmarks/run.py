@@ -1,11 +1,7 @@
 """`make bench`: the list path under wrk against its floors (issue 4), and what rides on
 its servers: offset depth, cursor walks (`cursor_depth.py`), what clients do
-(`clients.py`), the query matrix (`matrix.py`) and the read pool (issue 2).
-
-Cases are data (`cases.py`); the floors are `floors.py`'s; servers, wrk and interleaved
-slices are `harness.py`'s; the report is rendered from the results (`report.py`, with
-the section texts of `sections.toml`). `--quick`: 100k rows, short slices, no cursor
-walks or pool. `--smoke DIR`: every step on 2,000 and 10,000 rows with 1 s slices.
+(`clients.py`), the query matrix (`matrix.py`) and the read pool (issue 2). Cases are
+data (`cases.py`), the report is rendered from the results (`report.py`).
 """
 
 from __future__ import annotations
@@ -249,17 +245,9 @@ def write_results(report: dict[str, Any], run: Run, settings: Settings, outputs:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="leasestar's list path against its floors")
     parser.add_argument("--quick", action="store_true", help="100k rows only, 3 s per case")
+    parser.add_argument("--rows", type=int, metavar="N", help="with --quick: N rows, not 100k")
     parser.add_argument(
-        "--rows",
-        type=int,
-        metavar="N",
-        help="with --quick: N rows instead of 100k (the databases of benchmarks/work/ reused)",
-    )
-    parser.add_argument(
-        "--out",
-        type=Path,
-        metavar="DIR",
-        help="write RESULTS.md, the JSON and the charts below DIR (a copy updated in place)",
+        "--out", type=Path, metavar="DIR", help="RESULTS.md, JSON, charts below DIR"
     )
     provenance.smoke_option(parser, "every step on 2k and 10k rows, 1 s slices")
     args = parser.parse_args(argv)
@@ -285,14 +273,11 @@ def main(argv: list[str] | None = None) -> int:
         # All seeding first: it must not overlap a measurement.
         harness.ensure_database(rows, outputs.work)
     report: dict[str, Any] = {
-        "when": provenance.now(),
-        "commit": provenance.git_commit(),
-        "command": command,
-        "machine": provenance.machine(),
-        "versions": provenance.versions(),
+        "when": provenance.now(), "commit": provenance.git_commit(), "command": command,
+        "machine": provenance.machine(), "versions": provenance.versions(),
         "load_before": provenance.loadavg(),
         "settings": {**asdict(settings), "seconds": settings.seconds, "nice": priority},
-    }
+    }  # fmt: skip
     measuring = time.monotonic()
     run = run_benchmark(settings, outputs.work, matrix_settings)
     report["load_after"] = provenance.loadavg()

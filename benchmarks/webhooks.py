@@ -3,12 +3,6 @@ subscribers on loopback receivers (`webhook_receivers.py`), against the same imp
 webhooks off; list req/s idle and while the server delivers; the commit-to-first-attempt
 latency of a burst and of steady imports. Method in full: the section's text in
 `sections.toml`. `--rows 100000 --changed 10000` is a development run of a few minutes.
-
-A commit's instant is when a poll of `sync_state` every POLL_SECONDS first sees its
-change sequence (so up to that much late); each receiver stamps an arrival with the
-same clock. Every receiver must have every event of the burst and of the steady phase,
-and a sample of each one's requests must verify: the standard ones with the
-`standardwebhooks` package's own signing, the Propexo one by HMAC as Propexo documents.
 """
 
 from __future__ import annotations
@@ -69,11 +63,8 @@ class Receivers:
         return any(got < want for got, want in zip(counts, expected, strict=True))
 
     def wait_delivered(self, expected: list[int], what: str) -> None:
-        deadline = time.monotonic() + DELIVERY_WAIT_SECONDS
-        while self.pending(expected):
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"{what}: not delivered within {DELIVERY_WAIT_SECONDS} s")
-            time.sleep(0.2)
+        failure = f"{what}: not delivered within {DELIVERY_WAIT_SECONDS} s"
+        harness.wait_until(lambda: not self.pending(expected), DELIVERY_WAIT_SECONDS, failure)
 
     def verify_samples(self, secrets: list[str]) -> int:
         """How many sampled requests verified (any that does not fails the run)."""
@@ -110,39 +101,32 @@ def receiving(count: int) -> Iterator[Receivers]:
         process.wait(timeout=30)
 
 
-class CommitWatch:
+@contextlib.contextmanager
+def watching(db: Path) -> Iterator[list[tuple[float, int]]]:
     """Polls `sync_state` every POLL_SECONDS: (instant seen, change sequence) per move."""
+    moves: list[tuple[float, int]] = []
+    stop = threading.Event()
 
-    def __init__(self, db: Path) -> None:
-        self._db = db
-        self.moves: list[tuple[float, int]] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def __enter__(self) -> CommitWatch:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def _run(self) -> None:
-        with contextlib.closing(sqlite3.connect(f"file:{self._db}?mode=ro", uri=True)) as conn:
-            last = None
-            while not self._stop.is_set():
+    def watch() -> None:
+        with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as conn:
+            while not stop.is_set():
                 (seq,) = conn.execute("SELECT change_seq FROM sync_state").fetchone()
-                if seq != last:
-                    self.moves.append((time.time(), int(seq)))
-                    last = seq
+                if not moves or moves[-1][1] != seq:
+                    moves.append((time.time(), int(seq)))
                 time.sleep(POLL_SECONDS)
 
-    def committed_at(self, change_seq: int) -> float:
-        """When the commit holding `change_seq` was first seen."""
-        for seen, seq in self.moves:
-            if seq >= change_seq:
-                return seen
-        raise RuntimeError(f"change {change_seq} was never seen committed")
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    try:
+        yield moves
+    finally:
+        stop.set()
+        thread.join()
+
+
+def committed_at(moves: list[tuple[float, int]], change_seq: int) -> float:
+    """When the commit holding `change_seq` was first seen."""
+    return next(seen for seen, seq in moves if seq >= change_seq)
 
 
 def change_seq(db: Path) -> int:
@@ -180,7 +164,7 @@ class Delivered:
 
 
 def delivered(
-    receivers: Receivers, watch: CommitWatch, after: int, through: int, events: int
+    receivers: Receivers, watch: list[tuple[float, int]], after: int, through: int, events: int
 ) -> Delivered:
     """The figures of the events in (after, through], each receiver having every one."""
     found = Delivered()
@@ -195,7 +179,7 @@ def delivered(
         if len(first) != events:
             raise RuntimeError(f"receiver {index}: {len(first)} of {events} events")
         for seq, arrived in first.items():
-            found.latencies.append(arrived - watch.committed_at(seq))
+            found.latencies.append(arrived - committed_at(watch, seq))
             found.arrivals.append(arrived)
         found.last = max(found.last, *first.values())
         found.deliveries += len(first)
@@ -263,7 +247,7 @@ def main() -> None:
     with (
         receiving(len(SIGNING)) as receivers,
         harness.leasestar_server("webhooks", db, WEBHOOK_ENV, work=here) as server,
-        CommitWatch(db) as watch,
+        watching(db) as watch,
     ):
         list_url = f"{server.base}/v1/applicants"
         idle = WrkTarget("list default, idle", list_url, token)
@@ -294,7 +278,7 @@ def main() -> None:
         wrk_ended = time.time()
         receivers.wait_delivered(expected, "import B")
         burst = delivered(receivers, watch, before, through, args.changed)
-        burst_seconds = burst.last - watch.committed_at(through)
+        burst_seconds = burst.last - committed_at(watch, through)
         say(f"import B delivered: {burst_seconds:.1f} s from its commit to the last")
         say("list req/s, idle again")
         warm(list_url, token)
@@ -307,7 +291,7 @@ def main() -> None:
         steady_events = args.steady_rows * args.steady_seconds
         receivers.wait_delivered([n + steady_events for n in expected], "steady phase")
         steady = delivered(receivers, watch, steady_from, steady_through, steady_events)
-        steady_lag = steady.last - watch.committed_at(steady_through)
+        steady_lag = steady.last - committed_at(watch, steady_through)
         verified = receivers.verify_samples([s.secret for s in subscriptions])
         with contextlib.closing(open_for_write(db)) as connection:
             for subscription in subscriptions:
