@@ -19,6 +19,7 @@ import socket
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.parse
@@ -378,6 +379,25 @@ def serving_pid(pid: int) -> int:
             if stat.read_text().rpartition(")")[2].split()[1] == str(pid):
                 forked.append(int(stat.parent.name))
     return forked[0] if len(forked) == 1 else pid
+
+
+@contextlib.contextmanager
+def rss_samples(pid: int, every: float, at_once: bool = False) -> Iterator[list[int]]:
+    """The process's RSS (KiB) every `every` seconds while the block runs (and at once)."""
+    samples: list[int] = [rss_kib(pid)] if at_once else []
+    stop = threading.Event()
+
+    def sample() -> None:
+        while not stop.wait(every):
+            samples.append(rss_kib(pid))
+
+    thread = threading.Thread(target=sample, daemon=True)
+    thread.start()
+    try:
+        yield samples
+    finally:
+        stop.set()
+        thread.join()
 
 
 def cpu_seconds(pid: int) -> float:

@@ -21,34 +21,15 @@ from typing import Any
 import harness
 import provenance
 from cases import iso
-from harness import (
-    CLIENT_CORE,
-    SERVER_CORE,
-    KeepAlive,
-    leasestar_server,
-    on_core,
-    raise_priority,
-    say,
-)
+from harness import CLIENT_CORE, SERVER_CORE, KeepAlive, on_core, say
 from provenance import section, table, text
 
 from leasestar.client.records import SORTABLE_FIELDS
 
-MULTI_KEY = (
-    "last_name:asc,first_name:asc",
-    "property_id:asc,created_at:desc",
-    "state:asc,city:asc,zip:asc",
-    "integration_vendor:desc,last_seen:desc",
-)
-KINDS = (
-    "no filter",
-    "date bound",
-    "date window",
-    "equality",
-    "equality + date bound",
-    "scope 1 + date bound",
-    "scope 2 + date bound",
-)
+MULTI_KEY = ("last_name:asc,first_name:asc", "property_id:asc,created_at:desc",
+             "state:asc,city:asc,zip:asc", "integration_vendor:desc,last_seen:desc")  # fmt: skip
+KINDS = ("no filter", "date bound", "date window", "equality", "equality + date bound",
+         "scope 1 + date bound", "scope 2 + date bound")  # fmt: skip
 DATE_COLUMNS = ("updated_at", "last_seen")
 EQUALITY_COLUMNS = ("property_id", "x_property_id", "integration_id", "integration_vendor")
 SCOPE_TOKENS = 4  # tokens of each scope size, one drawn per request
@@ -89,9 +70,7 @@ class Request:
 
     def shown(self) -> str:
         """The request as the report names it: its path, and its token's scope."""
-        return f"`{self.path}`" + (
-            f" (token scoped to {', '.join(self.scope)})" if self.scope else ""
-        )
+        return f"`{self.path}`" + (f" (token scoped to {', '.join(self.scope)})" * bool(self.scope))
 
 
 @dataclass
@@ -108,19 +87,14 @@ class Domain:
 def prepare(db: Path, rows: int) -> Domain:
     """The database's value ranges, and the tokens (created before its server starts)."""
     with contextlib.closing(harness.read_only(db)) as conn:
-        ranges: dict[str, tuple[int, int]] = {}
-        for column in DATE_COLUMNS:
-            low, high = conn.execute(
-                f"SELECT min({column}), max({column}) FROM applicants"
-            ).fetchone()
-            ranges[column] = (int(low), int(high))
-        values = {
-            column: [
-                row[0]
-                for row in conn.execute(f"SELECT DISTINCT {column} FROM applicants ORDER BY 1")
-            ]
-            for column in EQUALITY_COLUMNS
+        ranges = {
+            c: tuple(
+                map(int, conn.execute(f"SELECT min({c}), max({c}) FROM applicants").fetchone())
+            )
+            for c in DATE_COLUMNS
         }
+        sql = "SELECT DISTINCT {} FROM applicants ORDER BY 1"
+        values = {c: [row[0] for row in conn.execute(sql.format(c))] for c in EQUALITY_COLUMNS}
     chooser = random.Random(SEED)
     integrations = values["integration_id"]
     tokens: dict[int, list[tuple[tuple[str, ...], str]]] = {1: [], 2: []}
@@ -413,12 +387,12 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="the reduced matrix of --quick")
     parser.add_argument("--results", type=Path, help="write the section to this RESULTS.md")
     args = parser.parse_args()
-    raise_priority()
+    harness.raise_priority()
     when, results = provenance.now(), []
     for rows in args.rows:
         db = harness.ensure_database(rows)
         domain = prepare(db, rows)
-        with leasestar_server(f"matrix-{rows}", db) as server:
+        with harness.leasestar_server(f"matrix-{rows}", db) as server:
             settings = QUICK_MATRIX if args.quick else FULL_MATRIX
             results.append(measure(server.base, db, domain, settings))
     command = "python benchmarks/matrix.py " + " ".join(sys.argv[1:])

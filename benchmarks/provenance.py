@@ -86,16 +86,14 @@ def loadavg() -> str:
 
 def git_commit() -> str:
     """HEAD's short hash, and whether what is measured has uncommitted changes."""
-    out = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True).stdout
+
+    dirty = git("status", "--porcelain", "--", "leasestar", "schema.sql", "pyproject.toml")
+    return git("rev-parse", "--short", "HEAD").strip() + (
+        " + uncommitted changes" if dirty.strip() else ""
     )
-    dirty = subprocess.run(
-        ["git", "status", "--porcelain", "--", "leasestar", "schema.sql", "pyproject.toml"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-    ).stdout.strip()
-    return out.stdout.strip() + (" + uncommitted changes" if dirty else "")
 
 
 def write_section(section: str, path: Path = RESULTS_MD) -> None:

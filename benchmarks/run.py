@@ -30,34 +30,44 @@ from report import CHART_NAME, CaseResult, Run, chart, evaluate, markdown
 POOL_SIZES = (1, 2, 4)
 
 
+def measure_group(
+    settings: Settings, group: list[tuple[Dataset, str, Case, str, bool]], floor_base: str = ""
+) -> list[CaseResult]:
+    """The group's cases (dataset, base URL, case, name, with its in-process floor) in
+    interleaved slices, each with its HTTP floor when one serves at `floor_base`."""
+    results, targets, in_process = [], [], []
+    try:
+        for dataset, base, case, name, with_floor in group:
+            results.append(CaseResult(case, dataset.rows))
+            body, results[-1].notes = served_once(base, dataset, case)
+            results[-1].body_bytes = len(body)
+            targets.append(target_for(base, dataset, case, name))
+            if floor_base:
+                url = f"{floor_base}/floor/{case.key}"
+                targets.append(WrkTarget(f"HTTP floor {case.key}", url))
+            if with_floor:
+                in_process.append(floors.InProcessFloor(dataset.db, case, body, dataset.facts.ids))
+        settings.interleave(targets, in_process)
+    finally:
+        for floor in in_process:
+            floor.close()
+    measured, floor_rates = iter(targets), iter(in_process)
+    for result, (*_, with_floor) in zip(results, group, strict=True):
+        result.served = next(measured).measured()
+        result.http_floor = next(measured).measured() if floor_base else None
+        if with_floor:
+            floor = next(floor_rates)
+            result.inprocess_rps, result.inprocess_variant = floor.rate, floor.variant
+        say(result.line())
+    return results
+
+
 def measure_cases(
-    settings: Settings,
-    dataset: Dataset,
-    base: str,
-    cases: list[Case],
-    floor_base: str | None = None,
-    floor_dir: Path | None = None,
+    settings: Settings, dataset: Dataset, base: str, cases: list[Case], floor_base: str = ""
 ) -> list[CaseResult]:
     """Each case interleaved with its HTTP floor (when a floor server runs) and in-process floor."""
-    results = []
-    for case in cases:
-        result = CaseResult(case, dataset.rows)
-        body, result.notes = served_once(base, dataset, case)
-        result.body_bytes = len(body)
-        targets = [target_for(base, dataset, case, f"{dataset.rows} {case.key}")]
-        if floor_base and floor_dir and (floor_dir / f"{case.key}.json").exists():
-            targets.append(WrkTarget(f"HTTP floor {case.key}", f"{floor_base}/floor/{case.key}"))
-        floor = floors.InProcessFloor(dataset.db, case, body, dataset.facts.ids)
-        try:
-            settings.interleave(targets, [floor])
-        finally:
-            floor.close()
-        result.served = targets[0].measured()
-        result.http_floor = targets[1].measured() if len(targets) > 1 else None
-        result.inprocess_rps, result.inprocess_variant = floor.rate, floor.variant
-        say(result.line())
-        results.append(result)
-    return results
+    group = [[(dataset, base, case, f"{dataset.rows} {case.key}", True)] for case in cases]
+    return [measure_group(settings, one, floor_base)[0] for one in group]
 
 
 def leasestar_server(
@@ -97,42 +107,14 @@ def measure_extras(
 
 
 def measure_scale(
-    settings: Settings,
-    small: Dataset,
-    base: str,
-    big: Dataset,
-    big_base: str,
-    known: list[CaseResult],
+    settings: Settings, small: Dataset, base: str, big: Dataset, big_base: str
 ) -> list[CaseResult]:
     """The small list default again, in turns with the big database's cases."""
     say(f"{big.rows:,} rows against {small.rows:,}, interleaved")
-    by_key = {r.case.key: r for r in known}
-    paired = CaseResult(small.cases["list_default"], small.rows, by_key["list_default"].body_bytes)
-    big_results = [
-        CaseResult(big.cases[k], big.rows) for k in ("list_default", "offset_90", "get_by_id")
-    ]
-    targets = [target_for(base, small, paired.case, "100k list_default")]
-    in_process = []
-    for result in big_results:
-        body, result.notes = served_once(big_base, big, result.case)
-        result.body_bytes = len(body)
-        targets.append(target_for(big_base, big, result.case, f"1m {result.case.key}"))
-        in_process.append(floors.InProcessFloor(big.db, result.case, body, big.facts.ids))
-    try:
-        settings.interleave(targets, in_process)
-    finally:
-        for floor in in_process:
-            floor.close()
-    paired.served = targets[0].measured()
-    for result, target, floor in zip(big_results, targets[1:], in_process, strict=True):
-        result.served = target.measured()
-        result.inprocess_rps, result.inprocess_variant = floor.rate, floor.variant
-        # The HTTP floor depends on the body's size only; offset 90% differs.
-        if result.case.key in by_key and result.case.key != "offset_90":
-            result.http_floor = by_key[result.case.key].http_floor
-    for result in [paired, *big_results]:
-        say(result.line())
-    return [paired, *big_results]
+    group = [(small, base, small.cases["list_default"], "100k list_default", False)]
+    for key in ("list_default", "offset_90", "get_by_id"):
+        group.append((big, big_base, big.cases[key], f"1m {key}", True))
+    return measure_group(settings, group)
 
 
 def measure_depth(
@@ -189,12 +171,17 @@ def run_benchmark(settings: Settings, work: Path, matrix_settings: matrix.Matrix
             big_base = stack.enter_context(leasestar_server("leasestar-1m", big.db, work)).base
         say(f"{small.rows:,} rows: every case against its floors")
         run.cases[small.rows] = measure_cases(
-            settings, small, base, list(small.cases.values()), floor_base, bodies
+            settings, small, base, [*small.cases.values()], floor_base
         )
         run.extras = measure_extras(settings, small, base, floor_base)
         if big:
-            run.scale = measure_scale(settings, small, base, big, big_base, run.cases[small.rows])
+            run.scale = measure_scale(settings, small, base, big, big_base)
             run.cases[big.rows] = run.scale[1:]
+            by_key = {r.case.key: r for r in run.cases[small.rows]}
+            for result in run.scale[1:]:
+                # The HTTP floor depends on the body's size only; offset 90% differs.
+                if result.case.key != "offset_90":
+                    result.http_floor = by_key[result.case.key].http_floor
         served = [(small, base), *([(big, big_base)] if big else [])]
         for dataset, dataset_base in served:
             run.depth[dataset.rows] = measure_depth(

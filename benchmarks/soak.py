@@ -192,7 +192,7 @@ def main() -> int:
     token = harness.create_token(db, "soak")
     wrk_args = [*map(str, request_mix(db, work)), token]
     runs: list[ImportRun] = []
-    stop, sampling, samples = threading.Event(), threading.Event(), []
+    stop = threading.Event()
     options = ["--rate-limit", "off", "--log-format", "off"]
     options += ["--read-connections", str(args.read_connections)]
     with harness.leasestar_server(
@@ -203,23 +203,13 @@ def main() -> int:
             say(f"server up on {server.base}, RSS {idle / 1024:.1f} MiB; warming up")
             run_wrk(server.base, WARMUP_SECONDS, args.connections, wrk_args)
             start = harness.rss_kib(server.pid)
-
-            def sample() -> None:
-                while not sampling.wait(1.0):
-                    samples.append(harness.rss_kib(server.pid))
-
-            sampler = threading.Thread(target=sample, daemon=True)
-            sampler.start()
-            origin = time.monotonic()
-            importer = threading.Thread(
-                target=import_loop, args=(db, files, origin, stop, runs), daemon=True
-            )
-            importer.start()
-            say(f"RSS {start / 1024:.1f} MiB; {args.duration} s of wrk while imports run")
-            measured = run_wrk(server.base, args.duration, args.connections, wrk_args)
-            end = harness.rss_kib(server.pid)
-            sampling.set()
-            sampler.join()
+            with harness.rss_samples(server.pid, 1.0) as samples:
+                loop = (db, files, time.monotonic(), stop, runs)
+                importer = threading.Thread(target=import_loop, args=loop, daemon=True)
+                importer.start()
+                say(f"RSS {start / 1024:.1f} MiB; {args.duration} s of wrk while imports run")
+                measured = run_wrk(server.base, args.duration, args.connections, wrk_args)
+                end = harness.rss_kib(server.pid)
             stop.set()
             say("wrk done; letting the running import finish")
             importer.join(timeout=600)

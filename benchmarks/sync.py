@@ -17,7 +17,6 @@ import contextlib
 import sqlite3
 import statistics
 import subprocess
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -63,31 +62,21 @@ def _export_once(db: Path) -> Run:
 def _stream_once(server: harness.Server, token: str, encoding: str) -> Run:
     """One curl stream of the whole table in id order (the export's order and bytes), with
     the server's CPU time and its RSS sampled every 20 ms."""
-    stop, samples = threading.Event(), []
-
-    def sample() -> None:
-        while not stop.is_set():
-            samples.append(harness.rss_kib(server.pid))
-            time.sleep(0.02)
-
-    sampler = threading.Thread(target=sample)
     before = harness.rss_kib(server.pid)
-    sampler.start()
-    cpu, started = harness.cpu_seconds(server.pid), time.perf_counter()
-    done = subprocess.run(
-        [
-            *pinned(CLIENT_CORE),
-            *("curl", "-sS", "-o", "/dev/null", "-w", "%{size_download}"),
-            *("-H", f"Authorization: Bearer {token}", "-H", "Accept: application/x-ndjson"),
-            *("-H", f"Accept-Encoding: {encoding}", f"{server.base}/v1/applicants?order-by="),
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    elapsed = time.perf_counter() - started
-    stop.set()
-    sampler.join()
+    with harness.rss_samples(server.pid, 0.02, at_once=True) as samples:
+        cpu, started = harness.cpu_seconds(server.pid), time.perf_counter()
+        done = subprocess.run(
+            [
+                *pinned(CLIENT_CORE),
+                *("curl", "-sS", "-o", "/dev/null", "-w", "%{size_download}"),
+                *("-H", f"Authorization: Bearer {token}", "-H", "Accept: application/x-ndjson"),
+                *("-H", f"Accept-Encoding: {encoding}", f"{server.base}/v1/applicants?order-by="),
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        elapsed = time.perf_counter() - started
     cpu = harness.cpu_seconds(server.pid) - cpu
     return Run(elapsed, cpu, int(done.stdout), max(samples), before)
 
