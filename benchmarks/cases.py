@@ -1,8 +1,4 @@
-"""The list benchmark's cases, as data: run settings, the requests, and the data they need.
-
-Each `Case` is one request with the SQL of the same page written from the contract
-(not taken from `leasestar/`): the in-process floor runs it (`floors.py`).
-"""
+"""The list benchmark's cases, as data: run settings, the requests, and the data they need."""
 
 from __future__ import annotations
 
@@ -91,11 +87,8 @@ SMOKE = Settings((2_000, 10_000), 1, 1, 1, 0.2, {2_000: (0.5,), 10_000: (0.5,)},
 
 @dataclass(frozen=True)
 class Case:
-    """One benchmark case: the request, and the same page's SQL for its in-process floor.
-
-    The floor SQL is written here, independently of `leasestar/`, from the contract: it is
-    what any implementation must at least run to answer the request.
-    """
+    """One request, and the same page's SQL for its in-process floor (`floors.py`), written
+    from the contract, not taken from `leasestar/`: what any implementation must run."""
 
     key: str
     label: str

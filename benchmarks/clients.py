@@ -1,8 +1,6 @@
 """What clients really do (issue 15): distinct pages by offset and by cursor against the
-repeated first page, the offset walk with gzip, br and zstd against identity, get by id
-against its floor; each beside its reference in interleaved slices. Each encoding's
-answer is checked first: the `Content-Encoding` chosen (a browser's
-`gzip, deflate, br, zstd` must get gzip) and the decoded body byte-identical.
+repeated first page, the offset walk with gzip, br and zstd against identity (each
+encoding checked first), get by id against its floor; in interleaved slices.
 """
 
 from __future__ import annotations

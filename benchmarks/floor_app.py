@@ -1,10 +1,7 @@
-"""The HTTP floor: a bare Litestar app that answers fixed bodies, nothing else.
-
-Served by uvicorn exactly as `leasestar serve` serves the real app (one worker, same
-loop and HTTP parser, pinned to the same core), it measures what HTTP, ASGI and
-Litestar's routing cost for a response of a given size. `run.py` saves the body of each
-benchmark case to `$BENCH_FLOOR_DIR/<case>.json`; this app serves each file, byte for
-byte, at `GET /floor/<case>`, plus `GET /floor/tiny` (a 2-byte body).
+"""The HTTP floor (`floors.py`): a bare Litestar app that answers fixed bodies, served by
+uvicorn exactly as `leasestar serve` serves the real app: what HTTP, ASGI and Litestar's
+routing cost for a response of a given size. `GET /floor/<case>` answers
+`$BENCH_FLOOR_DIR/<case>.json` byte for byte; `GET /floor/tiny` a 2-byte body.
 """
 
 from __future__ import annotations

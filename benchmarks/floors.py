@@ -1,9 +1,6 @@
-"""The floors a case is measured against: the in-process page, and the bare HTTP server.
-
-*In-process floor*: the case's page read and byte assembly with sqlite3 in a loop, no
-HTTP, on the server's core. *HTTP floor*: a bare Litestar app under the same uvicorn
-settings answering the case's exact body (`floor_app.py`). Composite floor =
-1 / (1/HTTP + 1/in-process).
+"""The floors a case is measured against: the in-process page (the case's page read and
+byte assembly with sqlite3 in a loop, on the server's core), and the bare HTTP server
+(`floor_app.py`). Method in full: the list section's text in `sections.toml`.
 """
 
 from __future__ import annotations
@@ -36,15 +33,8 @@ def floor_server(bodies: Path, work: Path) -> contextlib.AbstractContextManager[
 class InProcessFloor:
     """The case's page read and byte assembly with sqlite3 in a loop: pages per second.
 
-    The floor is the fastest way found to produce the served bytes, so every variant's
-    bytes must equal the served body. Plans: the plain statement (SQLite's planner
-    chooses the index); for a filtered case, the ordering's index walked with the filter
-    applied row by row (`+column` keeps the filter off its index); and, for a filter or
-    an offset on the default order, a keyset seek to the page's first row, whose sort key
-    is looked up once beforehand (as a cache of such anchors would). Assembly: rows
-    joined in Python or SQLite's `group_concat`, from the stored bytes (`CAST(... AS
-    BLOB)`), each body decompressed (`leasestar.applicants.bodies`). The best plan is picked
-    first, then the best assembly.
+    The fastest way found to produce the served bytes (every variant's bytes must equal
+    the served body): the best of the plans (`_plans`) first, then of the assemblies.
     """
 
     def __init__(self, db: Path, case: Case, body: bytes, ids: list[str]) -> None:
@@ -78,7 +68,11 @@ class InProcessFloor:
         self.calls, self.elapsed = 0, 0.0
 
     def _plans(self, case: Case) -> dict[str, tuple[str, tuple[Any, ...]]]:
-        """Plan name -> (page SQL selecting {column}, its parameters)."""
+        """Plan name -> (page SQL selecting {column}, its parameters): the plain statement;
+        for a filter, the ordering's index walked with the filter applied row by row
+        (`+column` keeps it off its index); for a filter or an offset on the default
+        order, a keyset seek to the page's first row, its key looked up once beforehand
+        (as a cache of such anchors would)."""
         tail = f"ORDER BY {case.order} LIMIT ? OFFSET ?"
         filters = {"": case.where}
         if case.where:

@@ -26,9 +26,8 @@ from leasestar.replica.layout import FOLLOWED_NAME, ReplicaLayout
 
 IMPORT_ROWS = 100
 BIG_IMPORT_ROWS = 100_000
-# Both the primary's file and the replica's answers: each poll of the replica is a request
-# it serves on the core its follower shares, so not every 5 ms (the first version) on a
-# new connection each time.
+# The primary's file and the replica's answers: each poll is a request the replica serves
+# on the core its follower shares, so not every 5 ms on a new connection each time.
 POLL_SECONDS = 0.01
 # An import of 100 rows is a file of megabytes; the primary's litestream ships small
 # transactions of its own (a WAL checkpoint: a few KB) at any time, one of which came
@@ -81,11 +80,9 @@ def _replicating(db: Path, store: Path) -> Iterator[None]:
 
 @dataclass
 class Lags:
-    """Per import, seconds from the primary's commit to the replica serving one of the new
-    records by id (`served`), and to its `meta.total` counting them (`counted`); the parts
-    of `served`: to the store holding the import's file (`shipped`), from there to the
-    replica's litestream having written it (`followed`), from there to the get by id
-    answering (`applied`); and the size of that file in bytes."""
+    """Per import, seconds from the primary's commit to the replica serving a new record
+    by id (`served`: `shipped` to the store, `followed` by the replica's litestream,
+    `applied` by the replica), to its `meta.total` counting it, and the file's bytes."""
 
     served: list[float] = field(default_factory=list)
     counted: list[float] = field(default_factory=list)
@@ -142,22 +139,16 @@ def _wait_caught_up(replica: str) -> None:
 def measure_lag(
     db: Path, store: Path, replica_db: Path, replica: str, token: str, imports: int
 ) -> Lags:
-    """Each import's lag, timed from its commit on the primary (its change sequence seen
-    moving) to a get by id of one of its records answering 200 on the replica: the replica
-    serves the change. The store and the follower's `-txid` file are looked at in the
-    same loop, for the parts. After the last import, to the replica's `meta.total`
-    counting it too, which adds the count of the new total (`storage.py`'s)."""
+    """Each import's lag, from its commit on the primary (its change sequence seen moving)
+    to a get by id of one of its records answering 200 on the replica; after the last
+    import, to the replica's `meta.total` counting it too."""
     watcher = sqlite3.connect(f"file:{db}?mode=ro", uri=True, isolation_level=None)
     lags = Lags()
     try:
-        # `meta.total` is looked at only after the last import: at 1,000,000 on a loaded
-        # machine (load average 7-9) the replica's first list request after a change
-        # took 38-104 s to count (a422496's columnar copy, read again whole), which
-        # would have made the run take an hour and overlapped the next import.
-        # Import 0 comes first and is not counted: a replica that has just caught up is
-        # still starting (its follower restores its own copy from the store), and the
-        # first import after that waited for it (2.5-4.6 s at 1M in three runs).
-        # Its lag is reported apart, as the first import after a replica starts.
+        # `meta.total` only after the last import: a replica's first count after a change
+        # took 38-104 s at 1M on a loaded machine, past the next import. Import 0 is not
+        # counted (it is reported apart): a replica just caught up is still starting (its
+        # follower restores its own copy), and the first import waited 2.5-4.6 s for it.
         for number in range(imports + 1):
             last = number == imports
             before_seq = _change_seq(watcher)
@@ -169,8 +160,7 @@ def measure_lag(
                 time.sleep(POLL_SECONDS)
             committed = time.monotonic()
             # Not before the import: the primary's litestream ships small transactions of
-            # its own (a WAL checkpoint, a few KB) at any time, one of which was taken
-            # for the import. It cannot ship the import before the commit was seen.
+            # its own (a WAL checkpoint) at any time, one of which was taken for the import.
             in_store_before = max((txid for txid, _ in _store_files(store)), default=0)
             (new_id,) = watcher.execute(
                 "SELECT id FROM applicants WHERE change_seq > ? LIMIT 1", (before_seq,)
@@ -211,10 +201,9 @@ def measure_lag(
 def _follow_import(
     polls: KeepAlive, record: str, token: str, store: tuple[Path, int], replica_db: Path
 ) -> tuple[float, float, float, int]:
-    """Look, every POLL_SECONDS, at the store (its directory, and its newest transaction
-    before the import), the follower's `-txid` file and the record on the replica, until
-    the record answers 200: when each was seen holding the import (monotonic), and the
-    size of its file in the store."""
+    """Look at the store, the follower's `-txid` file and the record on the replica every
+    POLL_SECONDS until the record answers 200: when each was seen holding the import, and
+    the size of its file in the store."""
     directory, in_store_before = store
     deadline = time.monotonic() + 120
     shipped = followed = None

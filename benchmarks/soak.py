@@ -1,11 +1,7 @@
-"""Soak benchmark (issue 5, `make soak`): the read API under steady load while an import
-writes; `python benchmarks/soak.py --rows 20000 --duration 15` is a quick look.
-
-A copy of the bench database is served (`--rate-limit off`, not pinned: wrk and the
-imports share both cores with it) under wrk's mix of gets by id and list pages
-(`soak.lua`) while `leasestar import` rewrites every row of a file back to back. Goals:
-no non-2xx answer, no socket error, end RSS within 10 % of start RSS; exits non-zero
-when one is missed or an import fails. Writes the soak section and soak-results.json.
+"""Soak benchmark (issue 5, `make soak`): the read API under wrk's mix of gets by id and
+list pages (`soak.lua`) while `leasestar import` rewrites every row back to back; exits
+non-zero when a goal is missed (a non-2xx answer, a socket error, RSS drift over 10 %) or
+an import fails. `python benchmarks/soak.py --rows 20000 --duration 15` is a quick look.
 """
 
 from __future__ import annotations

@@ -1,12 +1,7 @@
-"""Sync clients (issue 13): the NDJSON stream against `leasestar export`, and the long
-poll's wake-up latency with hundreds of waiting clients.
-
-The export and the two streams (identity, gzip) are taken in turn, `--rounds` times, and
-medians reported: on a shared machine a best-of-N of each taken one after the other
-measured mostly which ran at a quiet moment. Each pass's own CPU time is reported too,
-which other work moves less than wall time. Long poll: N raw-socket clients wait with
-`wait=30`, one record is committed here, each one's latency runs from the commit to its
-complete answer. Writes the `sync` section; `--quick` is 100,000 rows, 200 clients.
+"""Sync clients (issue 13): the NDJSON stream against `leasestar export`, taken in turn
+`--rounds` times (on a shared machine a best-of-N of each taken one after the other
+measured mostly which ran at a quiet moment), and the long poll's wake-up latency with
+hundreds of raw-socket clients waiting while one record is committed here.
 """
 
 from __future__ import annotations

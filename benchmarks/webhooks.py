@@ -195,11 +195,10 @@ def steady_imports(db: Path, rows: int, seconds: int) -> list[float]:
     try:
         started = time.monotonic()
         for second in range(seconds):
+            these = lines[second * rows : (second + 1) * rows]
             time.sleep(max(0.0, started + second - time.monotonic()))
             began = time.monotonic()
-            import_ndjson(
-                connection, io.BytesIO(b"".join(lines[second * rows : (second + 1) * rows]))
-            )
+            import_ndjson(connection, io.BytesIO(b"".join(these)))
             took.append(time.monotonic() - began)
     finally:
         connection.close()
