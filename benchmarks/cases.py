@@ -11,8 +11,10 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Protocol
 
+import databases
 import harness
-from harness import WORK, WrkTarget, http_get, read_only, say
+from databases import read_only
+from harness import WORK, WrkTarget, http_get, say
 
 SCOPED_INTEGRATION = "int_mri_01"
 SETTLE_SECONDS = 0.5
@@ -188,7 +190,7 @@ class Dataset:
 
     @classmethod
     def prepare(cls, rows: int, work: Path = WORK) -> Dataset:
-        db = harness.ensure_database(rows, work)
+        db = databases.ensure_database(rows, work)
         facts = data_facts(db, rows)
         say(
             f"{rows:,} rows: updated_at window {iso(facts.window[0])}..{iso(facts.window[1])} "
@@ -196,8 +198,8 @@ class Dataset:
             f"{SCOPED_INTEGRATION} ({facts.scoped_rows:,} rows)"
         )
         tokens = {
-            False: harness.create_token(db, "all"),
-            True: harness.create_token(db, "scoped", SCOPED_INTEGRATION),
+            False: databases.create_token(db, "all"),
+            True: databases.create_token(db, "scoped", SCOPED_INTEGRATION),
         }
         ids_file = work / f"ids-{rows}.txt"
         ids_file.write_text("\n".join(facts.ids) + "\n")

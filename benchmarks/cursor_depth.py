@@ -13,6 +13,7 @@ import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import databases
 import harness
 import provenance
 from cases import Settings
@@ -92,7 +93,7 @@ class Case:
 def build_cases(db: Path, rows: int) -> list[Case]:
     """Per ordering, the first page and a cursor page at each depth; and offset=90% of
     the default ordering for contrast."""
-    with contextlib.closing(harness.read_only(db)) as conn:
+    with contextlib.closing(databases.read_only(db)) as conn:
         key = bytes(conn.execute("SELECT cursor_key FROM sync_state").fetchone()[0])
         # As the server signs for an unscoped token, which the benchmark uses.
         codec = CursorCodec(key).for_scope(None)

@@ -22,6 +22,7 @@ from multiprocessing.synchronize import Event
 from pathlib import Path
 from typing import Any
 
+import databases
 import harness
 import provenance
 from cases import iso
@@ -144,10 +145,10 @@ class Variant:
 
 
 def measure(variant: Variant, db: Path, rounds: int, seconds: float, work: Path) -> None:
-    light_token = harness.create_token(db, "fair-light")
-    heavy_token = harness.create_token(db, "fair-heavy")
-    ids = harness.first_ids(db, 2000)
-    with contextlib.closing(harness.read_only(db)) as reader:
+    light_token = databases.create_token(db, "fair-light")
+    heavy_token = databases.create_token(db, "fair-heavy")
+    ids = databases.first_ids(db, 2000)
+    with contextlib.closing(databases.read_only(db)) as reader:
         sql = "SELECT min(last_seen), max(last_seen) FROM applicants"
         low, high = reader.execute(sql).fetchone()
     rng = random.Random(17)
@@ -212,7 +213,7 @@ def main() -> int:
         rows, rounds, seconds = 2_000, 1, 3.0
     outputs = provenance.Outputs.below(args.smoke)
     harness.raise_priority()
-    db = harness.ensure_database(rows, outputs.work)
+    db = databases.ensure_database(rows, outputs.work)
     load, started = provenance.loadavg(), time.monotonic()
     variants = [Variant(concurrency) for concurrency in VARIANTS]
     with harness.on_core(harness.CLIENT_CORE):

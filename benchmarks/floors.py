@@ -14,7 +14,8 @@ from typing import Any
 
 import harness
 from cases import Case
-from harness import BENCH, SERVER_CORE, UVICORN, on_core, read_only
+from databases import read_only
+from harness import BENCH, SERVER_CORE, UVICORN, on_core
 
 from leasestar.applicants.bodies import BodyDecoder
 

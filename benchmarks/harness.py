@@ -1,13 +1,12 @@
-"""The measuring harness every benchmark uses: the seeded databases (`ensure_database`),
-servers pinned to a core (`leasestar_server`), wrk pinned to the other (`WrkTarget`),
-slices taken in turns (`interleave`). What a report records, and where, is
+"""The measuring harness every benchmark uses: servers pinned to a core
+(`leasestar_server`), wrk pinned to the other (`WrkTarget`), slices taken in turns
+(`interleave`). The databases are `databases.py`'s; what a report records, and where,
 `provenance.py`'s.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import http.client
 import json
 import os
@@ -16,7 +15,6 @@ import resource
 import shutil
 import signal
 import socket
-import sqlite3
 import subprocess
 import sys
 import threading
@@ -29,9 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from provenance import BENCH, ROOT, WORK, shown
-
-from leasestar.database import READ_PRAGMAS
+from provenance import BENCH, ROOT, WORK
 
 BIN = Path(sys.executable).parent
 LEASESTAR = BIN / "leasestar"
@@ -59,115 +55,6 @@ def raise_priority() -> int:
     with contextlib.suppress(OSError, AttributeError):
         os.setpriority(os.PRIO_PROCESS, 0, NICE)
     return os.getpriority(os.PRIO_PROCESS, 0)
-
-
-# --------------------------------------------------------------------------- databases
-
-
-def read_only(path: Path) -> sqlite3.Connection:
-    """A read-only connection set up as the server sets up its own (the in-process floors
-    must not be slower than the server's SQLite for want of its page cache)."""
-    connection = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False)
-    for pragma in READ_PRAGMAS:
-        connection.execute(pragma)
-    return connection
-
-
-def data_fingerprint() -> str:
-    """What a seeded database depends on: the schema, its page size, and what the
-    generator makes (its output rather than its source, so that making it faster without
-    changing a record does not cost a reseed of a million rows)."""
-    import msgspec
-
-    from leasestar.database import PAGE_SIZE
-    from leasestar.seed.generator import synthetic_applicants
-
-    digest = hashlib.sha256((ROOT / "schema.sql").read_bytes())
-    digest.update(b"page size %d" % PAGE_SIZE)  # a new database's: the file's layout
-    for record in synthetic_applicants(200, 0):
-        digest.update(msgspec.json.encode(record))
-    return digest.hexdigest()[:16]
-
-
-def _seeding_elsewhere(partial: Path) -> bool:
-    """Whether a running process (another benchmark's `leasestar seed`) names `partial`."""
-    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
-        with contextlib.suppress(OSError):
-            if str(partial).encode() in cmdline.read_bytes().split(b"\0"):
-                return True
-    return False
-
-
-def ensure_database(rows: int, work: Path = WORK) -> Path:
-    """`WORK/applicants-N.db`, seeded with `leasestar seed --count N --seed 0` unless it
-    holds N rows built from the current schema and generator (a sidecar file records
-    their fingerprint): every benchmark that takes N rows takes the same file."""
-    work.mkdir(parents=True, exist_ok=True)
-    path = work / f"applicants-{rows}.db"
-    stamp, partial = (path.with_name(path.name + suffix) for suffix in (".fingerprint", ".partial"))
-    fingerprint = data_fingerprint()
-    while not path.exists() and _seeding_elsewhere(partial):
-        say(f"{partial.name} is being seeded by another run; waiting for it")
-        time.sleep(15)
-    if path.exists():
-        found, built_from = -1, stamp.read_text().strip() if stamp.exists() else ""
-        with contextlib.suppress(sqlite3.Error), contextlib.closing(read_only(path)) as db:
-            found = int(db.execute("SELECT count(*) FROM applicants").fetchone()[0])
-        if found == rows and built_from == fingerprint:
-            say(f"reusing {shown(path)} ({rows:,} applicants)")
-            return path
-        say(f"{path.name}: {found:,} rows, schema/generator {built_from or '?'}: rebuilding it")
-    stamp.unlink(missing_ok=True)
-    remove_database(path)
-    remove_database(partial)
-    say(f"seeding {rows:,} applicants into {shown(path)} (leasestar seed)")
-    started = time.monotonic()
-    subprocess.run(
-        [str(LEASESTAR), "seed", "--db", str(partial), "--count", str(rows), "--seed", "0"],
-        check=True,
-        stdout=sys.stderr.fileno(),  # its summary with the progress: stdout is for reports
-    )
-    partial.rename(path)
-    stamp.write_text(fingerprint + "\n")
-    say(f"seeded {rows:,} in {time.monotonic() - started:.0f} s")
-    return path
-
-
-def remove_database(path: Path) -> None:
-    for suffix in ("", "-wal", "-shm", "-webhooks.lock"):
-        Path(f"{path}{suffix}").unlink(missing_ok=True)
-
-
-def copy_database(source: Path, target: Path) -> Path:
-    """A fresh copy of `source` (which other benchmarks read, so it is only read)."""
-    remove_database(target)
-    with (
-        contextlib.closing(read_only(source)) as src,
-        contextlib.closing(sqlite3.connect(target)) as dst,
-    ):
-        src.backup(dst)
-    return target
-
-
-def first_ids(db: Path, count: int, file: Path | None = None) -> list[str]:
-    """The first `count` ids of the table (written one a line to `file`, for wrk.lua)."""
-    with contextlib.closing(read_only(db)) as conn:
-        ids = [row[0] for row in conn.execute("SELECT id FROM applicants LIMIT ?", (count,))]
-    if file is not None:
-        file.write_text("\n".join(ids) + "\n")
-    return ids
-
-
-def create_token(db: Path, purpose: str, *integrations: str) -> str:
-    """A new bearer token in `db` (scoped to `integrations` if any given), by the CLI."""
-    name = f"bench-{purpose}-{time.strftime('%Y%m%d%H%M%S')}-{os.getpid()}"
-    command = [str(LEASESTAR), "token", "create", "--db", str(db), "--name", name]
-    for integration in integrations:
-        command += ["--integration", integration]
-    done = subprocess.run(command, check=False, capture_output=True, text=True)
-    if done.returncode != 0:
-        raise RuntimeError(f"leasestar token create --name {name}: {done.stderr.strip()}")
-    return done.stdout.strip().splitlines()[-1]
 
 
 # --------------------------------------------------------------------------- cores, wrk

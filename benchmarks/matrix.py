@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import databases
 import harness
 import provenance
 from cases import iso
@@ -86,7 +87,7 @@ class Domain:
 
 def prepare(db: Path, rows: int) -> Domain:
     """The database's value ranges, and the tokens (created before its server starts)."""
-    with contextlib.closing(harness.read_only(db)) as conn:
+    with contextlib.closing(databases.read_only(db)) as conn:
         ranges = {
             c: tuple(
                 map(int, conn.execute(f"SELECT min({c}), max({c}) FROM applicants").fetchone())
@@ -102,8 +103,8 @@ def prepare(db: Path, rows: int) -> Domain:
         scopes = sorted({tuple(sorted(chooser.sample(integrations, size))) for _ in range(50)})
         for index, scope in enumerate(chooser.sample(scopes, min(SCOPE_TOKENS, len(scopes)))):
             purpose = f"matrix-scope{size}-{index}"
-            tokens[size].append((scope, harness.create_token(db, purpose, *scope)))
-    unscoped = harness.create_token(db, "matrix")
+            tokens[size].append((scope, databases.create_token(db, purpose, *scope)))
+    unscoped = databases.create_token(db, "matrix")
     say(f"{rows:,} rows: matrix tokens made ({len(tokens[1])} + {len(tokens[2])} scoped)")
     return Domain(rows, ranges, values, tokens, unscoped)
 
@@ -281,7 +282,7 @@ def check_totals(db: Path, combinations: list[Combination], count: int, problems
     """A sample of the answers' `meta.total` against `count(*)` with the request's WHERE."""
     answered = [s for c in combinations for s in c.samples if s.status == 200]
     sample = random.Random(SEED).sample(answered, min(count, len(answered)))
-    with contextlib.closing(harness.read_only(db)) as conn:
+    with contextlib.closing(databases.read_only(db)) as conn:
         for s in sample:
             conditions = [sql for sql, _ in s.request.where] or ["1"]
             params: list[Any] = []
@@ -390,7 +391,7 @@ def main() -> None:
     harness.raise_priority()
     when, results = provenance.now(), []
     for rows in args.rows:
-        db = harness.ensure_database(rows)
+        db = databases.ensure_database(rows)
         domain = prepare(db, rows)
         with harness.leasestar_server(f"matrix-{rows}", db) as server:
             settings = QUICK_MATRIX if args.quick else FULL_MATRIX

@@ -14,6 +14,7 @@ import statistics
 import time
 from pathlib import Path
 
+import databases
 import harness
 import provenance
 
@@ -36,10 +37,10 @@ SAME_PROCESS = {"LEASESTAR_LOG_FORMAT": "off", "PYTHONHASHSEED": "0"}
 
 
 def measure(seconds: int, slices: int, pairs: int, rows: int, work: Path) -> str:
-    db = harness.ensure_database(rows, work)
-    token = harness.create_token(db, "rate-limit")
+    db = databases.ensure_database(rows, work)
+    token = databases.create_token(db, "rate-limit")
     ids_file = work / "rate-limit-ids.txt"
-    ids = harness.first_ids(db, 10_000, ids_file)
+    ids = databases.first_ids(db, 10_000, ids_file)
     started, load = time.monotonic(), provenance.loadavg()
     cases = (
         ("list default", "/v1/applicants", None),

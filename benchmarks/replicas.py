@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import databases
 import harness
 import provenance
 from harness import LEASESTAR, KeepAlive, WrkTarget, percentile, say
@@ -284,15 +285,15 @@ def main() -> None:
     results = args.out or outputs.results_md
     harness.raise_priority()
     harness.ensure_wrk()
-    source = harness.ensure_database(args.rows, outputs.work)
+    source = databases.ensure_database(args.rows, outputs.work)
     here = outputs.work / "replicas"
     shutil.rmtree(here, ignore_errors=True)
     here.mkdir(parents=True)
     db, store, replica_db = here / "primary.db", here / "store", here / "replica.db"
     shutil.copyfile(source, db)
-    token = harness.create_token(db, "replica")
+    token = databases.create_token(db, "replica")
     ids = here / "ids.txt"
-    one = harness.first_ids(db, 2000, ids)[0]
+    one = databases.first_ids(db, 2000, ids)[0]
     replica_args = ["--replica-of", store.as_uri()]
     with contextlib.ExitStack() as running:
         running.enter_context(_replicating(db, store))

@@ -18,6 +18,7 @@ from typing import Any
 
 import clients
 import cursor_depth
+import databases
 import floors
 import harness
 import matrix
@@ -258,7 +259,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     for rows in settings.sizes:
         # All seeding first: it must not overlap a measurement.
-        harness.ensure_database(rows, outputs.work)
+        databases.ensure_database(rows, outputs.work)
     report: dict[str, Any] = {
         "when": provenance.now(), "commit": provenance.git_commit(), "command": command,
         "machine": provenance.machine(), "versions": provenance.versions(),

@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+import databases
 import harness
 import msgspec
 import provenance
@@ -51,7 +52,7 @@ def import_files(count: int, work: Path) -> tuple[Path, Path]:
 
 def request_mix(db: Path, work: Path) -> tuple[Path, Path]:
     """Files the Lua script reads: random applicant ids, and list paths."""
-    with contextlib.closing(harness.read_only(db)) as conn:
+    with contextlib.closing(databases.read_only(db)) as conn:
         ids = [row[0] for row in conn.execute("SELECT id FROM applicants")]
         properties = conn.execute(
             "SELECT DISTINCT property_id FROM applicants ORDER BY property_id LIMIT 40"
@@ -182,10 +183,10 @@ def main() -> int:
     harness.ensure_wrk()
     work = args.work.resolve() / "soak"
     work.mkdir(parents=True, exist_ok=True)
-    template = harness.ensure_database(args.rows, args.work.resolve())
+    template = databases.ensure_database(args.rows, args.work.resolve())
     files = import_files(args.import_rows, work)
-    db = harness.copy_database(template, work / "soak.db")
-    token = harness.create_token(db, "soak")
+    db = databases.copy_database(template, work / "soak.db")
+    token = databases.create_token(db, "soak")
     wrk_args = [*map(str, request_mix(db, work)), token]
     runs: list[ImportRun] = []
     stop = threading.Event()

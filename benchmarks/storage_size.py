@@ -17,6 +17,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+import databases
 import harness
 import provenance
 
@@ -31,7 +32,7 @@ def measure(db: Path) -> tuple[int, int, list[tuple[str, int]], float]:
         command = [str(harness.LEASESTAR), "export", "--db", str(db), str(out)]
         subprocess.run(command, check=True, capture_output=True)
         exported = out.stat().st_size
-    with contextlib.closing(harness.read_only(db)) as connection:
+    with contextlib.closing(databases.read_only(db)) as connection:
         sql = "SELECT name, sum(pgsize) FROM dbstat GROUP BY name ORDER BY 2 DESC"
         objects = [(str(name), int(size)) for name, size in connection.execute(sql)]
         sql = "SELECT avg(length(CAST(body AS BLOB))) FROM applicants"
@@ -47,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     outputs = provenance.Outputs.below(args.smoke)
     sizes = [2_000, 10_000] if args.smoke else args.rows
-    results = [(n, *measure(harness.ensure_database(n, outputs.work))) for n in sizes]
+    results = [(n, *measure(databases.ensure_database(n, outputs.work))) for n in sizes]
     rows = [
         ["database file, MB", *(f"{size / 1e6:,.0f}" for _, size, *_ in results)],
         ["export, MB", *(f"{exported / 1e6:,.0f}" for _, _, exported, *_ in results)],

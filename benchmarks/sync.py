@@ -16,6 +16,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import databases
 import harness
 import msgspec
 import provenance
@@ -79,7 +80,7 @@ def _stream_once(server: harness.Server, token: str, encoding: str) -> Run:
 def _alternate(db: Path, rounds: int, work: Path) -> tuple[list[Run], dict[str, list[Run]], int]:
     """(exports, streams by encoding, server RSS at idle): export and each stream taken in
     turn, `rounds` times, so that other work on a shared machine weighs on each alike."""
-    token = harness.create_token(db, "sync")
+    token = databases.create_token(db, "sync")
     exports: list[Run] = []
     streams: dict[str, list[Run]] = {encoding: [] for encoding in ENCODINGS}
     with harness.leasestar_server("sync", db, QUIET, work=work) as server:
@@ -207,19 +208,19 @@ def main() -> None:
     rows, clients = (100_000, 200) if args.quick else (1_000_000, 500)
     if args.smoke:
         rows, clients, args.rounds = 2_000, 20, 2
-    db = harness.ensure_database(rows, outputs.work)
-    with contextlib.closing(harness.read_only(db)) as connection:
+    db = databases.ensure_database(rows, outputs.work)
+    with contextlib.closing(databases.read_only(db)) as connection:
         # Bytes `leasestar export` writes: every stored body and its newline.
         sql = "SELECT sum(length(CAST(body AS BLOB)) + 1) FROM applicants"
         export_bytes = int(connection.execute(sql).fetchone()[0])
     load_before, started = provenance.loadavg(), time.monotonic()
     exports, streams, idle = _alternate(db, args.rounds, outputs.work)
     minutes, load_after = (time.monotonic() - started) / 60, provenance.loadavg()
-    poll_db = harness.copy_database(db, outputs.work / "sync-long-poll.db")
-    poll_token = harness.create_token(poll_db, "poll")
+    poll_db = databases.copy_database(db, outputs.work / "sync-long-poll.db")
+    poll_token = databases.create_token(poll_db, "poll")
     with harness.leasestar_server("sync-poll", poll_db, QUIET, work=outputs.work) as server:
         wake = asyncio.run(_wake_up(server, poll_db, poll_token, clients))
-    harness.remove_database(poll_db)
+    databases.remove_database(poll_db)
     woken = (
         f"wake-up p50 {wake['p50'] * 1000:,.0f} ms, p99 {wake['p99'] * 1000:,.0f} ms, max "
         f"{wake['max'] * 1000:,.0f} ms (target p99 <= 1 s)"

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
+import databases
 import harness
 import msgspec
 import provenance
@@ -233,12 +234,12 @@ def main() -> None:
     outputs = provenance.Outputs.below(args.smoke)
     harness.raise_priority()
     harness.ensure_wrk()
-    source = harness.ensure_database(args.rows, outputs.work)
+    source = databases.ensure_database(args.rows, outputs.work)
     here = outputs.work / "webhooks"
     here.mkdir(parents=True, exist_ok=True)
     say(f"copying {source.name}")
-    db = harness.copy_database(source, here / "bench.db")
-    token = harness.create_token(db, "webhooks")
+    db = databases.copy_database(source, here / "bench.db")
+    token = databases.create_token(db, "webhooks")
     file_a, file_b = here / "changed-a.ndjson", here / "changed-b.ndjson"
     say(f"writing two files of {args.changed:,} changed records")
     file_a.write_bytes(changed_lines(args.changed, "webhook bench A"))
