@@ -220,9 +220,7 @@ def main() -> int:
         for variant in variants:
             measure(variant, db, rounds, seconds, outputs.work)
     section = report(variants, rows, rounds, seconds, load, time.monotonic() - started)
-    print(section)
-    if not args.no_write:
-        provenance.write_section(section, outputs.results_md)
+    provenance.publish(section, None if args.no_write else outputs.results_md)
     return 0
 
 

@@ -269,22 +269,29 @@ def serving_pid(pid: int) -> int:
 
 
 @contextlib.contextmanager
-def rss_samples(pid: int, every: float, at_once: bool = False) -> Iterator[list[int]]:
-    """The process's RSS (KiB) every `every` seconds while the block runs (and at once)."""
-    samples: list[int] = [rss_kib(pid)] if at_once else []
+def in_background(work: Callable[[threading.Event], None]) -> Iterator[None]:
+    """`work(stop)` in a thread while the block runs; `stop` is set at its end."""
     stop = threading.Event()
-
-    def sample() -> None:
-        while not stop.wait(every):
-            samples.append(rss_kib(pid))
-
-    thread = threading.Thread(target=sample, daemon=True)
+    thread = threading.Thread(target=work, args=(stop,), daemon=True)
     thread.start()
     try:
-        yield samples
+        yield
     finally:
         stop.set()
         thread.join()
+
+
+@contextlib.contextmanager
+def rss_samples(pid: int, every: float, at_once: bool = False) -> Iterator[list[int]]:
+    """The process's RSS (KiB) every `every` seconds while the block runs (and at once)."""
+    samples: list[int] = [rss_kib(pid)] if at_once else []
+
+    def sample(stop: threading.Event) -> None:
+        while not stop.wait(every):
+            samples.append(rss_kib(pid))
+
+    with in_background(sample):
+        yield samples
 
 
 def cpu_seconds(pid: int) -> float:

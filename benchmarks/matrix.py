@@ -398,9 +398,8 @@ def main() -> None:
             results.append(measure(server.base, db, domain, settings))
     command = "python benchmarks/matrix.py " + " ".join(sys.argv[1:])
     section = markdown(results, command.strip(), when)
-    print(section)
+    provenance.publish(section, args.results)
     if args.results:
-        provenance.write_section(section, args.results)
         chart(results, command, args.results.parent / CHART_NAME)
 
 

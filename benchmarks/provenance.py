@@ -115,6 +115,15 @@ def write_section(section: str, path: Path = RESULTS_MD) -> None:
     path.write_text(text)
 
 
+def publish(section: str, path: Path | None = RESULTS_MD) -> None:
+    """Print a section, and write it into the RESULTS.md at `path` (None: print only)."""
+    print(section)
+    if path is not None:
+        write_section(section, path)
+        name = section.split("\n", 1)[0].removeprefix("<!-- BEGIN ").removesuffix(" -->")
+        print(f"wrote the {name} section of {shown(path)}", file=sys.stderr)
+
+
 def now() -> str:
     return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
 
@@ -182,13 +191,18 @@ def command() -> str:
 
 
 def plain(value: Any) -> Any:
-    """A result as JSON values: a dataclass as its fields but those kept out of its repr
-    (raw samples, tokens), a wrk target as its merged figures."""
+    """A result as JSON values: a dataclass as its fields (but those kept out of its repr:
+    raw samples, tokens) and its properties (derived figures), a wrk target as its merged
+    figures."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         if hasattr(value, "slices") and hasattr(value, "measured"):
             return plain(value.measured()) if value.slices else None
-        fields = (f.name for f in dataclasses.fields(value) if f.repr)
-        return {name: plain(getattr(value, name)) for name in fields}
+        found = {f.name: getattr(value, f.name) for f in dataclasses.fields(value) if f.repr}
+        for name, attribute in vars(type(value)).items():
+            if isinstance(attribute, property):
+                with contextlib.suppress(Exception):  # a figure this run did not measure
+                    found[name] = getattr(value, name)
+        return {name: plain(item) for name, item in found.items()}
     if isinstance(value, dict):
         return {str(key): plain(item) for key, item in value.items()}
     if isinstance(value, list | tuple):

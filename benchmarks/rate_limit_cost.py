@@ -126,9 +126,7 @@ def main() -> int:
     harness.ensure_wrk()
     harness.raise_priority()
     section = measure(args.seconds, args.slices, args.pairs, rows, outputs.work)
-    print(section)
-    if not args.no_write:
-        provenance.write_section(section, outputs.results_md)
+    provenance.publish(section, None if args.no_write else outputs.results_md)
     return 0
 
 

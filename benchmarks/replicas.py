@@ -325,10 +325,7 @@ def main() -> None:
         applying, applied_in = [skipped for _ in pairs], 0.0
         if not args.skip_applying:
             applying, applied_in = _while_applying(args, db, bases, token, ids, one)
-    report = _report(args, lags, pairs, applying, applied_in)
-    print(report)
-    provenance.write_section(report, results)
-    say(f"wrote the edge-replicas section of {results}")
+    provenance.publish(_report(args, lags, pairs, applying, applied_in), results)
 
 
 def _report(

@@ -227,11 +227,7 @@ def main() -> int:
         "server_exit": server.returncode,
     }  # fmt: skip
     (work / "soak-results.json").write_text(json.dumps(figures, indent=2) + "\n")
-    text = report(figures, command)
-    print(text)
-    if not args.no_results:
-        provenance.write_section(text)
-        say(f"wrote the soak section of {provenance.shown(provenance.RESULTS_MD)}")
+    provenance.publish(report(figures, command), None if args.no_results else provenance.RESULTS_MD)
     drift = abs(end - start) / start
     errors = sum(measured[k] for k in ("connect", "read", "write", "timeout"))
     failed = [run for run in runs if run.returncode != 0]

@@ -68,8 +68,7 @@ def main(argv: list[str] | None = None) -> int:
             rows,
         ),
     )
-    print(section)
-    provenance.write_section(section, args.results or outputs.results_md)
+    provenance.publish(section, args.results or outputs.results_md)
     return 0
 
 

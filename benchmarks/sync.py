@@ -245,8 +245,7 @@ def main() -> None:
         load_before=load_before, load_after=load_after, server_core=SERVER_CORE,
         client_core=CLIENT_CORE,
     )  # fmt: skip
-    print(section)
-    provenance.write_section(section, outputs.results_md)
+    provenance.publish(section, outputs.results_md)
 
 
 if __name__ == "__main__":

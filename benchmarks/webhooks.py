@@ -106,9 +106,8 @@ def receiving(count: int) -> Iterator[Receivers]:
 def watching(db: Path) -> Iterator[list[tuple[float, int]]]:
     """Polls `sync_state` every POLL_SECONDS: (instant seen, change sequence) per move."""
     moves: list[tuple[float, int]] = []
-    stop = threading.Event()
 
-    def watch() -> None:
+    def watch(stop: threading.Event) -> None:
         with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as conn:
             while not stop.is_set():
                 (seq,) = conn.execute("SELECT change_seq FROM sync_state").fetchone()
@@ -116,13 +115,8 @@ def watching(db: Path) -> Iterator[list[tuple[float, int]]]:
                     moves.append((time.time(), int(seq)))
                 time.sleep(POLL_SECONDS)
 
-    thread = threading.Thread(target=watch, daemon=True)
-    thread.start()
-    try:
+    with harness.in_background(watch):
         yield moves
-    finally:
-        stop.set()
-        thread.join()
 
 
 def committed_at(moves: list[tuple[float, int]], change_seq: int) -> float:
@@ -337,10 +331,7 @@ def main() -> None:
         slice=args.slice, steady_rows=args.steady_rows, steady_seconds=args.steady_seconds,
         verified=verified, poll_ms=POLL_SECONDS * 1000,
     )  # fmt: skip
-    print(section)
-    results = args.out or outputs.results_md
-    provenance.write_section(section, results)
-    say(f"wrote the webhooks section of {results}")
+    provenance.publish(section, args.out or outputs.results_md)
 
 
 if __name__ == "__main__":
