@@ -120,12 +120,6 @@ def report(figures: dict[str, Any], command: str) -> str:
     drift = (rss["end"] - rss["start"]) / rss["start"]
     ok_2xx, ok_rss = wrk["non_2xx_3xx"] == 0 and socket_errors == 0, abs(drift) <= RSS_GOAL
 
-    def ms(key: str) -> str:
-        return f"{wrk[key] / 1000:.1f} ms"
-
-    def mib(kib: int) -> str:
-        return f"{kib / 1024:.1f} MiB"
-
     def mark(ok: bool) -> str:
         return "✅" if ok else "❌"
 
@@ -134,19 +128,15 @@ def report(figures: dict[str, Any], command: str) -> str:
         f"{run['ended']:.0f} s (exit {run['returncode']})"
         for run in imports
     )
+    ms = {key.removesuffix("_us"): wrk[key] / 1000 for key in ("p50_us", "p90_us", "p99_us")}
+    ms |= {"p999": wrk["p999_us"] / 1000, "slowest": wrk["max_us"] / 1000}
+    mib = {key: rss[key] / 1024 for key in ("idle", "start", "end", "max")}
     table = provenance.text(
-        "soak", "table",
-        requests=f"{wrk['requests']:,} ({wrk['requests'] / (wrk['duration_us'] / 1e6):,.0f}/s)",
-        non_2xx=wrk["non_2xx_3xx"], non_2xx_ok=mark(wrk["non_2xx_3xx"] == 0),
-        errors="/".join(str(wrk[k]) for k in ("connect", "read", "write", "timeout")),
-        errors_ok=mark(socket_errors == 0),
-        latency=f"{ms('p50_us')} / {ms('p90_us')} / {ms('p99_us')}",
-        tail=f"{ms('p999_us')} / {ms('max_us')}",
-        warmed=f"{mib(rss['idle'])} → {mib(rss['start'])}",
-        growth=f"{mib(rss['start'])} → {mib(rss['end'])} ({drift:+.1%}; max {mib(rss['max'])})",
+        "soak", "table", **wrk, **ms, **mib, rate=wrk["requests"] / (wrk["duration_us"] / 1e6),
+        drift=drift, non_2xx_ok=mark(wrk["non_2xx_3xx"] == 0), errors_ok=mark(socket_errors == 0),
         rss_ok=mark(ok_rss), server_exit=figures["server_exit"],
     )  # fmt: skip
-    trend = " → ".join(mib(kib) for kib in rss["every_second"][9::10])
+    trend = " → ".join(f"{kib / 1024:.1f} MiB" for kib in rss["every_second"][9::10])
     verdict = "all goals met" if ok_2xx and ok_rss else "GOAL MISSED"
     return provenance.section(
         "soak",
