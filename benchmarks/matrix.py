@@ -387,20 +387,23 @@ def main() -> None:
     )  # fmt: skip
     parser.add_argument("--quick", action="store_true", help="the reduced matrix of --quick")
     parser.add_argument("--results", type=Path, help="write the section to this RESULTS.md")
+    provenance.smoke_option(parser, "the smoke run's matrix, its database and RESULTS.md")
     args = parser.parse_args()
+    outputs = provenance.Outputs.below(args.smoke)
     harness.raise_priority()
     when, results = provenance.now(), []
     for rows in args.rows:
-        db = databases.ensure_database(rows)
+        db = databases.ensure_database(rows, outputs.work)
         domain = prepare(db, rows)
-        with harness.leasestar_server(f"matrix-{rows}", db) as server:
-            settings = QUICK_MATRIX if args.quick else FULL_MATRIX
+        with harness.leasestar_server(f"matrix-{rows}", db, work=outputs.work) as server:
+            settings = SMOKE_MATRIX if args.smoke else QUICK_MATRIX if args.quick else FULL_MATRIX
             results.append(measure(server.base, db, domain, settings))
     command = "python benchmarks/matrix.py " + " ".join(sys.argv[1:])
     section = markdown(results, command.strip(), when)
-    provenance.publish(section, args.results)
-    if args.results:
-        chart(results, command, args.results.parent / CHART_NAME)
+    written = args.results or (outputs.results_md if args.smoke else None)
+    provenance.publish(section, written)
+    if written:
+        chart(results, command, written.parent / CHART_NAME)
 
 
 if __name__ == "__main__":
