@@ -161,18 +161,18 @@ async def _wake_up(server: harness.Server, db: Path, token: str, clients: int) -
     }
 
 
-def _stream_rows(
-    exports: list[Run], streams: dict[str, list[Run]], size: int, idle: int
-) -> list[list[str]]:
-    def share(runs: list[Run]) -> str:
+def _stream_table(exports: list[Run], streams: dict[str, list[Run]], size: int, idle: int) -> str:
+    def share(runs: list[Run]) -> float:
         """The median share of a core a pass had: CPU time over wall time."""
-        return f"{statistics.median(run.cpu / run.seconds for run in runs):.0%}"
+        return statistics.median(run.cpu / run.seconds for run in runs)
 
     export_seconds = statistics.median(run.seconds for run in exports)
     export_cpu = statistics.median(run.cpu for run in exports)
-    rows = [
-        ["`leasestar export` to /dev/null", f"{size / export_seconds / 1e6:,.0f} MB/s", "1.00x",
-         "", f"{export_cpu:.2f} s", "1.00x", share(exports), f"{size / 1e6:,.0f} MB", "", ""],
+    lines = [
+        provenance.text(
+            "sync", "table", export_rate=size / export_seconds / 1e6, export_cpu=export_cpu,
+            export_share=share(exports), size=size / 1e6,
+        )
     ]  # fmt: skip
     for encoding, runs in streams.items():
         seconds = statistics.median(run.seconds for run in runs)
@@ -186,13 +186,15 @@ def _stream_rows(
         # columnar copy, built once, is not the stream's).
         peak = max(run.peak_kib - run.before_kib for run in runs)
         highest = max(run.peak_kib for run in runs)
-        rows.append(
-            [f"stream, `Accept-Encoding: {encoding}`", f"{size / seconds / 1e6:,.0f} MB/s",
-             f"{export_seconds / seconds:.2f}x", f"{paired:.2f}x", f"{cpu:.2f} s",
-             f"{export_cpu / cpu:.2f}x", share(runs), f"{runs[-1].wire / 1e6:,.0f} MB",
-             f"{peak / 1024:,.0f} MB", f"{(highest - idle) / 1024:,.0f} MB"]
+        lines.append(
+            provenance.text(
+                "sync", "stream", encoding=encoding, rate=size / seconds / 1e6,
+                speed=export_seconds / seconds, paired=paired, cpu=cpu, cpu_speed=export_cpu / cpu,
+                share=share(runs), wire=runs[-1].wire / 1e6, peak=peak / 1024,
+                over_start=(highest - idle) / 1024,
+            )
         )  # fmt: skip
-    return rows
+    return "\n".join(lines)
 
 
 def main() -> None:
@@ -233,13 +235,7 @@ def main() -> None:
     )
     section = provenance.section(
         "sync",
-        provenance.table(
-            "| what | bytes/s | vs export | vs export, paired | CPU | vs export, CPU "
-            "| share of a core | on the wire | server RSS peak over its RSS before the stream "
-            "| over its RSS at start |",
-            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
-            _stream_rows(exports, streams, export_bytes, idle),
-        ),
+        _stream_table(exports, streams, export_bytes, idle),
         poll,
         command=provenance.command(), rows=rows, rounds=args.rounds, minutes=minutes,
         load_before=load_before, load_after=load_after, server_core=SERVER_CORE,
