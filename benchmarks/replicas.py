@@ -69,10 +69,12 @@ def _replicating(db: Path, store: Path) -> Iterator[None]:
     )
     try:
         # A finished file: litestream writes each under a temporary name first.
-        shipped = lambda: process.poll() is not None or any(_store_files(store))  # noqa: E731
-        harness.wait_until(shipped, 300, "leasestar replicate did not ship the database")
+        failure = "leasestar replicate did not ship the database"
+        harness.wait_until(
+            lambda: process.poll() is not None or any(_store_files(store)), 300, failure
+        )
         if process.poll() is not None:
-            raise RuntimeError("leasestar replicate did not ship the database")
+            raise RuntimeError(failure)
         yield
     finally:
         process.terminate()
@@ -173,8 +175,10 @@ def measure_lag(
                     polls, record, token, (store, in_store_before), replica_db
                 )
                 if last:
-                    counted = lambda p=polls, b=before_total: _total(p, token) != b  # noqa: E731
-                    harness.wait_until(counted, 600, "the replica did not count it", POLL_SECONDS)
+                    harness.wait_until(
+                        lambda p=polls, b=before_total: _total(p, token) != b,
+                        600, "the replica did not count it within 600 s", POLL_SECONDS,
+                    )  # fmt: skip
                     lags.counted.append(time.monotonic() - committed)
             finally:
                 polls.close()
