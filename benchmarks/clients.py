@@ -23,7 +23,6 @@ try:
 except ImportError:
     from backports import zstd  # type: ignore[no-redef,import-not-found,unused-ignore]
 
-CHART_NAME = "clients-bench.png"
 LIMIT = 100  # the default page size
 WALK = 20  # cursor pages followed from each random start
 OFFSETS = 50_000  # random offsets in the file wrk.lua draws from
@@ -244,44 +243,6 @@ def markdown(results: list[ClientsResult], settings: Settings, command: str, whe
     return section(
         "clients",
         *(_database(result) for result in results),
-        f"![req/s and bytes on the wire of each client case]({CHART_NAME})",
         when=when, command=command, seconds=settings.seconds, slices=settings.slices,
         warmup=settings.warmup, limit=LIMIT, offsets=OFFSETS, walk=WALK,
     )  # fmt: skip
-
-
-def chart(results: list[ClientsResult], title: str, path: Path) -> None:
-    """req/s of each case (ratio to its reference written beside it) and bytes per response."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    keys = [k for k in results[0].cases if not k.startswith("http_")]
-    labels = [results[0].cases[k].label for k in keys]
-    figure, (left, right) = plt.subplots(1, 2, figsize=(14, 0.45 * len(keys) + 2.5))
-    height = 0.8 / len(results)
-    for index, result in enumerate(results):
-        positions = [p + (index - (len(results) - 1) / 2) * height for p in range(len(keys))]
-        rates = [result.rps(k) for k in keys]
-        left.barh(positions, rates, height, label=f"{result.rows:,} rows")
-        for y, rate, key in zip(positions, rates, keys, strict=True):
-            ratio = result.ratio(key)
-            if ratio is not None:
-                left.text(rate, y, f" {ratio:.2f}x", va="center", fontsize=7)
-        wire = [(result.cases[k].measured.wire_bytes if result.cases[k].measured else 0) / 1024
-                for k in keys]  # fmt: skip
-        right.barh(positions, wire, height, label=f"{result.rows:,} rows")
-    for axis, xlabel in (
-        (left, "req/s (x: ratio to its reference)"),
-        (right, "KiB per response on the wire"),
-    ):
-        axis.set_yticks(range(len(keys)), labels if axis is left else [], fontsize=8)
-        axis.invert_yaxis()
-        axis.set_xlabel(xlabel)
-        axis.grid(axis="x", alpha=0.3)
-        axis.legend(fontsize=8)
-    figure.suptitle(title, fontsize=9)
-    figure.tight_layout()
-    figure.savefig(path, dpi=110)
-    plt.close(figure)

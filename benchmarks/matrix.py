@@ -297,7 +297,6 @@ def check_totals(db: Path, combinations: list[Combination], count: int, problems
 
 
 # --------------------------------------------------------------------------- report
-CHART_NAME = "matrix-bench.png"
 
 
 def _cell(c: Combination) -> str:
@@ -340,43 +339,9 @@ def markdown(results: list[MatrixResult], command: str, when: str) -> str:
     return section(
         "matrix",
         *(_database(result) for result in results),
-        f"![p50 of each combination]({CHART_NAME})",
         when=when, command=command, scope_tokens=SCOPE_TOKENS, client_core=CLIENT_CORE,
         server_core=SERVER_CORE, slow_ms=SLOW_MS, target_p50=TARGET_P50_MS,
     )  # fmt: skip
-
-
-def chart(results: list[MatrixResult], title: str, path: Path) -> None:
-    """p50 of every combination as a heat map, one panel per database size."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from matplotlib.colors import LogNorm
-
-    orderings = list(dict.fromkeys(c.ordering for c in results[0].combinations))
-    figure, axes = plt.subplots(
-        1, len(results), figsize=(6.5 * len(results), 0.32 * len(orderings) + 2.5), squeeze=False
-    )
-    norm = LogNorm(vmin=0.5, vmax=max(1000.0, max(c.p50 for r in results for c in r.combinations)))
-    image = None
-    for index, (axis, result) in enumerate(zip(axes[0], results, strict=True)):
-        by_key = {(c.ordering, c.kind): c.p50 for c in result.combinations}
-        grid = [[by_key[o, k] for k in KINDS] for o in orderings]
-        image = axis.imshow(grid, cmap="RdYlGn_r", norm=norm, aspect="auto")
-        for y, row in enumerate(grid):
-            for x, value in enumerate(row):
-                shown = f"{value:.0f}" if value >= 10 else f"{value:.1f}"
-                axis.text(x, y, shown, ha="center", va="center", fontsize=6)
-        axis.set_xticks(range(len(KINDS)), KINDS, rotation=30, ha="right", fontsize=7)
-        # The orderings are the same in every panel: named once, on the left.
-        axis.set_yticks(range(len(orderings)), orderings if index == 0 else [], fontsize=7)
-        axis.set_title(f"{result.rows:,} applicants: p50 ms (first page)", fontsize=9)
-    if image is not None:
-        figure.colorbar(image, ax=axes[0].tolist(), label="p50, ms (log)", shrink=0.6)
-    figure.suptitle(title, fontsize=9)
-    figure.savefig(path, dpi=110, bbox_inches="tight")
-    plt.close(figure)
 
 
 def main() -> None:
@@ -402,8 +367,6 @@ def main() -> None:
     section = markdown(results, command.strip(), when)
     written = args.results or (outputs.results_md if args.smoke else None)
     provenance.publish(section, written)
-    if written:
-        chart(results, command, written.parent / CHART_NAME)
 
 
 if __name__ == "__main__":

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import dataclasses
 import functools
 import os
 import platform
@@ -160,13 +159,11 @@ def section(key: str, *blocks: str, name: str | None = None, **fields: Any) -> s
 
 @dataclass(frozen=True)
 class Outputs:
-    """Where a run writes: its databases and logs (`work`), RESULTS.md, and its other files
-    (JSON, charts). `--smoke DIR`: all below DIR, RESULTS.md a copy updated in place, so
-    that `benchmarks/` is only read."""
+    """Where a run writes its databases and logs, and RESULTS.md. `--smoke DIR`: both below
+    DIR, RESULTS.md a copy updated in place, so that `benchmarks/` is only read."""
 
     work: Path = WORK
     results_md: Path = RESULTS_MD
-    files: Path = BENCH
 
     @classmethod
     def below(cls, directory: Path | None) -> Outputs:
@@ -177,7 +174,7 @@ class Outputs:
         results_md = directory / RESULTS_MD.name
         if not results_md.exists():
             shutil.copyfile(RESULTS_MD, results_md)
-        return cls(directory / "work", results_md, directory)
+        return cls(directory / "work", results_md)
 
 
 def smoke_option(parser: argparse.ArgumentParser, what: str) -> None:
@@ -188,23 +185,3 @@ def smoke_option(parser: argparse.ArgumentParser, what: str) -> None:
 def command() -> str:
     """The command that runs, as RESULTS.md cites it."""
     return " ".join(["python", f"benchmarks/{Path(sys.argv[0]).name}", *sys.argv[1:]])
-
-
-def plain(value: Any) -> Any:
-    """A result as JSON values: a dataclass as its fields (but those kept out of its repr:
-    raw samples, tokens) and its properties (derived figures), a wrk target as its merged
-    figures."""
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        if hasattr(value, "slices") and hasattr(value, "measured"):
-            return plain(value.measured()) if value.slices else None
-        found = {f.name: getattr(value, f.name) for f in dataclasses.fields(value) if f.repr}
-        for name, attribute in vars(type(value)).items():
-            if isinstance(attribute, property):
-                with contextlib.suppress(Exception):  # a figure this run did not measure
-                    found[name] = getattr(value, name)
-        return {name: plain(item) for name, item in found.items()}
-    if isinstance(value, dict):
-        return {str(key): plain(item) for key, item in value.items()}
-    if isinstance(value, list | tuple):
-        return [plain(item) for item in value]
-    return str(value) if isinstance(value, Path) else value

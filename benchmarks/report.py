@@ -1,11 +1,10 @@
 """The list benchmark's results: the measured figures, issue 4's targets, and the report
-written from them (a section of RESULTS.md, list-results.json, list-bench.png).
+written from them (the list section of RESULTS.md).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import clients
@@ -17,7 +16,6 @@ from harness import BENCH, CLIENT_CORE, CONNECTIONS, SERVER_CORE, SERVER_ENV
 from provenance import section, table, text
 
 NOTES = BENCH / "list-notes.md"  # hand-written analysis of a run, kept with the figures
-CHART_NAME = "list-bench.png"
 # Issue 4 item 3: (case, what its req/s is taken against, the ratio it needs).
 TARGETS = (
     ("list_default", "composite", 0.7),
@@ -186,68 +184,9 @@ def markdown(report: dict[str, Any], run: Run, targets: list[Target]) -> str:
         "**Correctness problems seen during the run**: " + "; ".join(notes) if notes else "",
         # Hand-written analysis of a run (profile, misses, suggestions): kept with the figures.
         NOTES.read_text().rstrip("\n") if NOTES.exists() else "",
-        f"![each case against its floors; p50 against offset depth]({CHART_NAME})",
         **{**report, **report["settings"],
            "machine": ", ".join(f"{k} {v}" for k, v in report["machine"].items()),
            "versions": ", ".join(f"{k} {v}" for k, v in report["versions"].items())},
         server_env=", ".join(f"`{k}={v}`" for k, v in SERVER_ENV.items()),
         server_core=SERVER_CORE, client_core=CLIENT_CORE, connections=CONNECTIONS,
     )  # fmt: skip
-
-
-def chart(run: Run, title: str, path: Path) -> None:
-    """The figure of `markdown`: each case against its floors, p50 against offset depth."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    cases = [r for r in run.cases[run.small] if r.served is not None]
-    figure, (left, right) = plt.subplots(
-        1, 2, figsize=(15, 6.5), gridspec_kw={"width_ratios": [3, 2]}
-    )
-    positions, height = list(range(len(cases))), 0.2
-    series = [
-        ("served", [r.served.rps if r.served else 0 for r in cases], "#1f77b4"),
-        ("composite floor", [r.composite or 0 for r in cases], "#ff7f0e"),
-        ("HTTP floor", [r.http_floor.rps if r.http_floor else 0 for r in cases], "#bbbbbb"),
-        ("in-process floor", [r.inprocess_rps or 0 for r in cases], "#777777"),
-    ]
-    for i, (name, values, color) in enumerate(series):
-        shifted = [p + (i - 1.5) * height for p in positions]
-        left.barh(shifted, values, height, label=name, color=color)
-    for p, r in zip(positions, cases, strict=True):
-        if r.served and r.ratio:
-            left.text(
-                r.served.rps * 1.08, p - 1.5 * height, f"{r.ratio:.2f}x", va="center", fontsize=8
-            )
-    left.set_yticks(positions, [r.case.label for r in cases])
-    left.invert_yaxis()
-    left.set_xscale("log")
-    left.set_xlabel("requests (or pages) per second, log scale")
-    left.set_title(f"{run.small:,} applicants: each case against its floors (x = of composite)")
-    left.legend(loc="lower right", fontsize=8)
-    left.grid(axis="x", alpha=0.3)
-    for rows, results in sorted(run.depth.items()):
-        points = [
-            (r.case.offset / rows * 100, r.served.p50_ms, r.inprocess_rps)
-            for r in results
-            if r.served is not None
-        ]
-        label = f"served p50, {rows:,} rows ({CONNECTIONS} connections)"
-        drawn = right.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=label)
-        floor = [(p[0], 1000 / p[2]) for p in points if p[2]]
-        right.plot(
-            [p[0] for p in floor], [p[1] for p in floor], linestyle="--",
-            color=drawn[0].get_color(), alpha=0.6, label=f"in-process time per page, {rows:,} rows",
-        )  # fmt: skip
-    right.set_yscale("log")
-    right.set_xlabel("offset, % of rows (created_at desc)")
-    right.set_ylabel("ms, log scale")
-    right.set_title("p50 against offset depth")
-    right.legend(fontsize=8)
-    right.grid(alpha=0.3)
-    figure.suptitle(title, fontsize=10)
-    figure.tight_layout()
-    figure.savefig(path, dpi=110)
-    plt.close(figure)

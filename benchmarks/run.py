@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import shutil
 import sys
 import time
@@ -26,7 +25,7 @@ import provenance
 from cases import FULL, QUICK, SMOKE, Case, Dataset, Settings, offset_case, served_once, target_for
 from harness import WrkTarget, say
 from provenance import Outputs
-from report import CHART_NAME, CaseResult, Run, chart, evaluate, markdown
+from report import CaseResult, Run, evaluate, markdown
 
 POOL_SIZES = (1, 2, 4)
 
@@ -203,30 +202,21 @@ def run_benchmark(settings: Settings, work: Path, matrix_settings: matrix.Matrix
 
 
 def write_results(report: dict[str, Any], run: Run, settings: Settings, outputs: Outputs) -> None:
-    """Every section of RESULTS.md this run measured, the JSON and the charts."""
     targets = evaluate(run)
     for t in targets:
         print(f"  {t.verdict():<26} {t.name}: {t.measured:.2f}x (needs >= {t.need:.2f}x)")
     command, when = report["command"], report["when"]
-    title = f"leasestar {report['commit']}, {when}: {command}"
     sections = [markdown(report, run, targets)]
-    chart(run, title, outputs.files / CHART_NAME)
     if run.cursors:
         sections.append(cursor_depth.markdown(run.cursors, command))
     sections.append(clients.markdown(run.clients, settings, command, when))
-    clients.chart(run.clients, title, outputs.files / clients.CHART_NAME)
     sections.append(matrix.markdown(run.matrix, command, when))
-    matrix.chart(run.matrix, title, outputs.files / matrix.CHART_NAME)
     for section in sections:
         provenance.write_section(section, outputs.results_md)
-    results_json = outputs.files / "list-results.json"
-    figures = {**report, **provenance.plain(run), "targets": provenance.plain(targets)}
-    results_json.write_text(json.dumps(figures, indent=1) + "\n")
     names = [section.split("\n", 1)[0].removeprefix("<!-- BEGIN ")[:-4] for section in sections]
     say(
-        f"wrote the {', '.join(names)} sections of {provenance.shown(outputs.results_md)}, "
-        f"{provenance.shown(results_json)} and the charts in "
-        f"{provenance.shown(outputs.files)}; {report['elapsed']}"
+        f"wrote the {', '.join(names)} sections of {provenance.shown(outputs.results_md)}; "
+        f"{report['elapsed']}"
     )
 
 
@@ -234,9 +224,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="leasestar's list path against its floors")
     parser.add_argument("--quick", action="store_true", help="100k rows only, 3 s per case")
     parser.add_argument("--rows", type=int, metavar="N", help="with --quick: N rows, not 100k")
-    parser.add_argument(
-        "--out", type=Path, metavar="DIR", help="RESULTS.md, JSON, charts below DIR"
-    )
+    parser.add_argument("--out", type=Path, metavar="DIR", help="RESULTS.md below DIR")
     provenance.smoke_option(parser, "every step on 2k and 10k rows, 1 s slices")
     args = parser.parse_args(argv)
     settings, outputs = (QUICK if args.quick else FULL), Outputs()
