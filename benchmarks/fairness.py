@@ -205,13 +205,12 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=4, help="rounds per server (default 4)")
     parser.add_argument("--seconds", type=float, default=20, help="seconds per slice (default 20)")
     parser.add_argument("--quick", action="store_true", help="2 rounds of 8 s: a look")
-    parser.add_argument("--no-write", action="store_true", help="print, leave RESULTS.md as is")
-    provenance.smoke_option(parser, "2,000 rows, one round of 3 s")
-    args = parser.parse_args()
-    rows, rounds, seconds = ROWS, *((2, 8.0) if args.quick else (args.rounds, args.seconds))
-    if args.smoke:
-        rows, rounds, seconds = 2_000, 1, 3.0
-    outputs = provenance.Outputs.below(args.smoke)
+    args, outputs = provenance.options(
+        parser, {"rows": 2_000, "rounds": 1, "seconds": 3.0}, rows=ROWS
+    )
+    if args.quick and not args.smoke:
+        args.rounds, args.seconds = 2, 8.0
+    rows, rounds, seconds = args.rows, args.rounds, args.seconds
     harness.raise_priority()
     db = databases.ensure_database(rows, outputs.work)
     load, started = provenance.loadavg(), time.monotonic()
@@ -220,7 +219,7 @@ def main() -> int:
         for variant in variants:
             measure(variant, db, rounds, seconds, outputs.work)
     section = report(variants, rows, rounds, seconds, load, time.monotonic() - started)
-    provenance.publish(section, None if args.no_write else outputs.results_md)
+    provenance.publish(section, outputs.results_md)
     return 0
 
 

@@ -346,15 +346,8 @@ def markdown(results: list[MatrixResult], command: str, when: str) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description="the query matrix (issue 17), one database")
-    parser.add_argument(
-        "--rows", type=int, nargs="+", default=[100_000],
-        help="seeded applicants; several sizes make one section with a table each",
-    )  # fmt: skip
     parser.add_argument("--quick", action="store_true", help="the reduced matrix of --quick")
-    parser.add_argument("--results", type=Path, help="write the section to this RESULTS.md")
-    provenance.smoke_option(parser, "the smoke run's matrix, its database and RESULTS.md")
-    args = parser.parse_args()
-    outputs = provenance.Outputs.below(args.smoke)
+    args, outputs = provenance.options(parser, {}, rows=[100_000], out="--results")
     harness.raise_priority()
     when, results = provenance.now(), []
     for rows in args.rows:
@@ -365,8 +358,7 @@ def main() -> None:
             results.append(measure(server.base, db, domain, settings))
     command = "python benchmarks/matrix.py " + " ".join(sys.argv[1:])
     section = markdown(results, command.strip(), when)
-    written = args.results or (outputs.results_md if args.smoke else None)
-    provenance.publish(section, written)
+    provenance.publish(section, outputs.results_md if args.results or args.smoke else None)
 
 
 if __name__ == "__main__":

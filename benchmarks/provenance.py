@@ -159,27 +159,51 @@ def section(key: str, *blocks: str, name: str | None = None, **fields: Any) -> s
 
 @dataclass(frozen=True)
 class Outputs:
-    """Where a run writes its databases and logs, and RESULTS.md. `--smoke DIR`: both below
-    DIR, RESULTS.md a copy updated in place, so that `benchmarks/` is only read."""
+    """Where a run writes its databases and logs, and the RESULTS.md it writes (None: none)."""
 
     work: Path = WORK
-    results_md: Path = RESULTS_MD
-
-    @classmethod
-    def below(cls, directory: Path | None) -> Outputs:
-        if directory is None:
-            return cls()
-        directory = directory.resolve()
-        directory.mkdir(parents=True, exist_ok=True)
-        results_md = directory / RESULTS_MD.name
-        if not results_md.exists():
-            shutil.copyfile(RESULTS_MD, results_md)
-        return cls(directory / "work", results_md)
+    results_md: Path | None = RESULTS_MD
 
 
-def smoke_option(parser: argparse.ArgumentParser, what: str) -> None:
-    """`--smoke DIR`: `what` (a small run proving the script end to end), below DIR."""
-    parser.add_argument("--smoke", type=Path, metavar="DIR", help=f"{what}, writing below DIR")
+OPTIONS: dict[str, dict[str, Any]] = {  # every script's: name -> add_argument's keywords
+    "--smoke": {"type": Path, "metavar": "DIR", "help": "a small run, writing below DIR"},
+    "--rows": {"type": int, "metavar": "N", "help": "seeded applicants"},
+    "--out": {"type": Path, "help": "the RESULTS.md to write into (a directory: its RESULTS.md)"},
+    "--no-write": {"action": "store_true", "help": "print the section, leave RESULTS.md as is"},
+}
+
+
+def options(
+    parser: argparse.ArgumentParser,
+    smoke: dict[str, Any],
+    argv: list[str] | None = None,
+    *,
+    rows: int | list[int] | bool | None = False,
+    out: str = "--out",
+) -> tuple[argparse.Namespace, Outputs]:
+    """`OPTIONS` added (`--rows` with the default `rows` unless False, `--out` as `out`) and
+    parsed; `--smoke DIR` puts `smoke` over the values given."""
+    for name, keywords in OPTIONS.items():
+        several = "+" if isinstance(rows, list) else None
+        if name != "--rows":
+            parser.add_argument(out if name == "--out" else name, **keywords)
+        elif rows is not False:
+            parser.add_argument(name, **keywords, default=rows, nargs=several)
+    args = parser.parse_args(argv)
+    vars(args).update(smoke if args.smoke else {})
+    outputs = Outputs(args.smoke.resolve() / "work", below(args.smoke)) if args.smoke else Outputs()
+    if given := getattr(args, out.lstrip("-")):
+        outputs = Outputs(outputs.work, given if given.suffix == ".md" else below(given))
+    return args, Outputs(outputs.work, None if args.no_write else outputs.results_md)
+
+
+def below(directory: Path) -> Path:
+    """DIR/RESULTS.md, a copy of benchmarks/RESULTS.md where there is none yet."""
+    directory.mkdir(parents=True, exist_ok=True)
+    results_md = directory.resolve() / RESULTS_MD.name
+    if not results_md.exists():
+        shutil.copyfile(RESULTS_MD, results_md)
+    return results_md
 
 
 def command() -> str:

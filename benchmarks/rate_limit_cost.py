@@ -116,17 +116,12 @@ def main() -> int:
     parser.add_argument("--seconds", type=int, default=3, help="seconds per slice (default 3)")
     parser.add_argument("--slices", type=int, default=3, help="slices per server (default 3)")
     parser.add_argument("--pairs", type=int, default=4, help="sets of fresh servers (default 4)")
-    parser.add_argument("--no-write", action="store_true", help="print, leave RESULTS.md as is")
-    provenance.smoke_option(parser, "2,000 rows, one set, one slice of 1 s")
-    args = parser.parse_args()
-    rows = ROWS
-    if args.smoke:
-        rows, args.seconds, args.slices, args.pairs = 2_000, 1, 1, 1
-    outputs = provenance.Outputs.below(args.smoke)
+    smoke = {"rows": 2_000, "seconds": 1, "slices": 1, "pairs": 1}
+    args, outputs = provenance.options(parser, smoke, rows=ROWS)
     harness.ensure_wrk()
     harness.raise_priority()
-    section = measure(args.seconds, args.slices, args.pairs, rows, outputs.work)
-    provenance.publish(section, None if args.no_write else outputs.results_md)
+    section = measure(args.seconds, args.slices, args.pairs, args.rows, outputs.work)
+    provenance.publish(section, outputs.results_md)
     return 0
 
 

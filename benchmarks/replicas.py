@@ -272,21 +272,15 @@ def _while_applying(
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", type=int, default=100_000)
     parser.add_argument("--imports", type=int, default=25)
     parser.add_argument("--seconds", type=int, default=10, help="measured seconds per target")
     parser.add_argument("--slice", type=int, default=2, help="seconds per wrk slice")
-    provenance.smoke_option(parser, "2,000 rows, 1 s slices")
     parser.add_argument("--quick", action="store_true", help="20 imports, 4 s per target")
     parser.add_argument("--skip-applying", action="store_true", help="not while a change applies")
-    parser.add_argument("--out", type=Path, help="the RESULTS.md to write the section into")
-    args = parser.parse_args()
+    smoke = {"rows": 2000, "imports": 3, "seconds": 2, "slice": 1, "quick": False}
+    args, outputs = provenance.options(parser, smoke, rows=100_000)
     if args.quick:
         args.imports, args.seconds = 20, 4
-    if args.smoke:
-        args.rows, args.imports, args.seconds, args.slice = 2000, 3, 2, 1
-    outputs = provenance.Outputs.below(args.smoke)
-    results = args.out or outputs.results_md
     harness.raise_priority()
     harness.ensure_wrk()
     source = databases.ensure_database(args.rows, outputs.work)
@@ -329,7 +323,7 @@ def main() -> None:
         applying, applied_in = [skipped for _ in pairs], 0.0
         if not args.skip_applying:
             applying, applied_in = _while_applying(args, db, bases, token, ids, one)
-    provenance.publish(_report(args, lags, pairs, applying, applied_in), results)
+    provenance.publish(_report(args, lags, pairs, applying, applied_in), outputs.results_md)
 
 
 def _report(

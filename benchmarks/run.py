@@ -24,6 +24,7 @@ import matrix
 import provenance
 from cases import FULL, QUICK, SMOKE, Case, Dataset, Settings, offset_case, served_once, target_for
 from harness import WrkTarget, say
+from matrix import FULL_MATRIX, QUICK_MATRIX, SMOKE_MATRIX
 from provenance import Outputs
 from report import CaseResult, Run, evaluate, markdown
 
@@ -212,36 +213,23 @@ def write_results(report: dict[str, Any], run: Run, settings: Settings, outputs:
     sections.append(clients.markdown(run.clients, settings, command, when))
     sections.append(matrix.markdown(run.matrix, command, when))
     for section in sections:
-        provenance.write_section(section, outputs.results_md)
-    names = [section.split("\n", 1)[0].removeprefix("<!-- BEGIN ")[:-4] for section in sections]
-    say(
-        f"wrote the {', '.join(names)} sections of {provenance.shown(outputs.results_md)}; "
-        f"{report['elapsed']}"
-    )
+        provenance.publish(section, outputs.results_md)
+    say(report["elapsed"])
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="leasestar's list path against its floors")
     parser.add_argument("--quick", action="store_true", help="100k rows only, 3 s per case")
-    parser.add_argument("--rows", type=int, metavar="N", help="with --quick: N rows, not 100k")
-    parser.add_argument("--out", type=Path, metavar="DIR", help="RESULTS.md below DIR")
-    provenance.smoke_option(parser, "every step on 2k and 10k rows, 1 s slices")
-    args = parser.parse_args(argv)
-    settings, outputs = (QUICK if args.quick else FULL), Outputs()
-    matrix_settings = matrix.QUICK_MATRIX if args.quick else matrix.FULL_MATRIX
-    command = "make bench" + (" BENCH_ARGS=--quick" if args.quick else "")
+    args, outputs = provenance.options(parser, {"quick": False, "rows": None}, argv, rows=None)
+    settings, matrix_settings = (QUICK, QUICK_MATRIX) if args.quick else (FULL, FULL_MATRIX)
+    given = " ".join(sys.argv[1:] if argv is None else argv)
+    command = {"": "make bench", "--quick": "make bench BENCH_ARGS=--quick"}.get(given)
     if args.rows:
         if not args.quick:
             parser.error("--rows goes with --quick")
         settings = replace(settings, sizes=(args.rows,), offsets={args.rows: (0.1, 0.5)})
-        command = f"python benchmarks/run.py --quick --rows {args.rows}"
-    if args.out:
-        outputs = replace(Outputs.below(args.out), work=outputs.work)
-        command += f" --out {args.out}"
     if args.smoke:
-        settings, outputs = SMOKE, Outputs.below(args.smoke)
-        matrix_settings = matrix.SMOKE_MATRIX
-        command = f"python benchmarks/run.py --smoke {args.smoke}"
+        settings, matrix_settings = SMOKE, SMOKE_MATRIX
     priority = harness.raise_priority()
     harness.ensure_wrk()
     started = time.monotonic()
@@ -249,7 +237,8 @@ def main(argv: list[str] | None = None) -> int:
         # All seeding first: it must not overlap a measurement.
         databases.ensure_database(rows, outputs.work)
     report: dict[str, Any] = {
-        "when": provenance.now(), "commit": provenance.git_commit(), "command": command,
+        "when": provenance.now(), "commit": provenance.git_commit(),
+        "command": command or provenance.command(),
         "machine": provenance.machine(), "versions": provenance.versions(),
         "load_before": provenance.loadavg(),
         "settings": {**asdict(settings), "seconds": settings.seconds, "nice": priority},

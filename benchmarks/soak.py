@@ -153,7 +153,6 @@ def report(figures: dict[str, Any], command: str) -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rows", type=int, default=100_000, help="seeded applicants")
     parser.add_argument(
         "--import-rows", type=int, default=30_000,
         help="applicants per import (sized so that several imports commit within the run)",
@@ -163,17 +162,13 @@ def main() -> int:
     parser.add_argument(
         "--read-connections", type=int, default=Settings().read_connections, help="the default"
     )
-    parser.add_argument("--no-results", action="store_true", help="leave RESULTS.md as is")
-    parser.add_argument(
-        "--work", type=Path, default=harness.WORK,
-        help="where the seeded database is (or goes) and soak/ with the rest (benchmarks/work)",
-    )  # fmt: skip
-    args = parser.parse_args()
+    smoke = {"rows": 2_000, "import_rows": 500, "duration": 5}
+    args, outputs = provenance.options(parser, smoke, rows=100_000)
     command = "make soak" if len(sys.argv) == 1 else provenance.command()
     harness.ensure_wrk()
-    work = args.work.resolve() / "soak"
+    work = outputs.work / "soak"
     work.mkdir(parents=True, exist_ok=True)
-    template = databases.ensure_database(args.rows, args.work.resolve())
+    template = databases.ensure_database(args.rows, outputs.work)
     files = import_files(args.import_rows, work)
     db = databases.copy_database(template, work / "soak.db")
     token = databases.create_token(db, "soak")
@@ -217,7 +212,7 @@ def main() -> int:
         "server_exit": server.returncode,
     }  # fmt: skip
     (work / "soak-results.json").write_text(json.dumps(figures, indent=2) + "\n")
-    provenance.publish(report(figures, command), None if args.no_results else provenance.RESULTS_MD)
+    provenance.publish(report(figures, command), outputs.results_md)
     drift = abs(end - start) / start
     errors = sum(measured[k] for k in ("connect", "read", "write", "timeout"))
     failed = [run for run in runs if run.returncode != 0]

@@ -42,12 +42,11 @@ def measure(db: Path) -> tuple[int, int, list[tuple[str, int]], float]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", type=int, nargs="+", default=[100_000, 1_000_000])
-    parser.add_argument("--results", type=Path, help="the RESULTS.md to write the section into")
-    provenance.smoke_option(parser, "2,000 and 10,000 rows")
-    args = parser.parse_args(argv)
-    outputs = provenance.Outputs.below(args.smoke)
-    sizes = [2_000, 10_000] if args.smoke else args.rows
+    smoke = {"rows": [2_000, 10_000]}
+    args, outputs = provenance.options(
+        parser, smoke, argv, rows=[100_000, 1_000_000], out="--results"
+    )
+    sizes = args.rows
     results = [(n, *measure(databases.ensure_database(n, outputs.work))) for n in sizes]
     rows = [
         ["database file, MB", *(f"{size / 1e6:,.0f}" for _, size, *_ in results)],
@@ -68,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
             rows,
         ),
     )
-    provenance.publish(section, args.results or outputs.results_md)
+    provenance.publish(section, outputs.results_md)
     return 0
 
 

@@ -203,13 +203,14 @@ def main() -> None:
     parser.add_argument(
         "--rounds", type=int, default=5, help="export and streams taken in turn (default 5)"
     )
-    provenance.smoke_option(parser, "2,000 rows, 20 clients, 2 rounds")
-    args = parser.parse_args()
-    outputs = provenance.Outputs.below(args.smoke)
+    parser.add_argument("--clients", type=int, default=500, help="long polls (default 500)")
+    args, outputs = provenance.options(
+        parser, {"rows": 2_000, "clients": 20, "rounds": 2}, rows=1_000_000
+    )
     harness.raise_priority()
-    rows, clients = (100_000, 200) if args.quick else (1_000_000, 500)
-    if args.smoke:
-        rows, clients, args.rounds = 2_000, 20, 2
+    if args.quick and not args.smoke:
+        args.rows, args.clients = 100_000, 200
+    rows, clients = args.rows, args.clients
     db = databases.ensure_database(rows, outputs.work)
     with contextlib.closing(databases.read_only(db)) as connection:
         # Bytes `leasestar export` writes: every stored body and its newline.

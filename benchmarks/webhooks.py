@@ -210,22 +210,16 @@ def warm(url: str, token: str) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--changed", type=int, default=100_000)
     parser.add_argument("--steady-rows", type=int, default=300, help="changed records a second")
     parser.add_argument("--steady-seconds", type=int, default=20)
     parser.add_argument("--slice", type=int, default=2, help="seconds per wrk slice")
     parser.add_argument("--idle-slices", type=int, default=3, help="before and after, each")
     parser.add_argument("--delivering-slices", type=int, default=3, help="at most, from the commit")
-    parser.add_argument("--out", type=Path, help="the RESULTS.md to write the section into")
-    provenance.smoke_option(parser, "2,000 rows, 500 changed, 1 s slices")
-    args = parser.parse_args()
-    if args.smoke:
-        args.rows, args.changed, args.steady_rows, args.steady_seconds = 2000, 500, 20, 5
-        args.slice = 1
+    smoke = {"rows": 2000, "changed": 500, "steady_rows": 20, "steady_seconds": 5, "slice": 1}
+    args, outputs = provenance.options(parser, smoke, rows=1_000_000)
     if args.steady_rows * args.steady_seconds > args.changed:
         parser.error("--steady-rows x --steady-seconds must be at most --changed")
-    outputs = provenance.Outputs.below(args.smoke)
     harness.raise_priority()
     harness.ensure_wrk()
     source = databases.ensure_database(args.rows, outputs.work)
@@ -331,7 +325,7 @@ def main() -> None:
         slice=args.slice, steady_rows=args.steady_rows, steady_seconds=args.steady_seconds,
         verified=verified, poll_ms=POLL_SECONDS * 1000,
     )  # fmt: skip
-    provenance.publish(section, args.out or outputs.results_md)
+    provenance.publish(section, outputs.results_md)
 
 
 if __name__ == "__main__":
