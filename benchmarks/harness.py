@@ -1,8 +1,5 @@
-"""The measuring harness every benchmark uses: servers pinned to a core
-(`leasestar_server`), wrk pinned to the other (`WrkTarget`), slices taken in turns
-(`interleave`). The databases are `databases.py`'s; what a report records, and where,
-`provenance.py`'s.
-"""
+"""The measuring harness every benchmark uses: servers pinned to one core, wrk to the
+other, slices taken in turns (method: sections.toml, RESULTS.md)."""
 
 from __future__ import annotations
 
@@ -44,20 +41,16 @@ NICE = -10
 
 
 def say(message: str) -> None:
-    """A progress line on stderr, named after the script that runs."""
     name = {"run": "bench"}.get(Path(sys.argv[0]).stem, Path(sys.argv[0]).stem)
     print(f"[{name} {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
 def raise_priority() -> int:
-    """Run (and start every server and wrk) at nice -10 where allowed: on a machine shared
-    with other work, that keeps the measured processes from losing their cores to it."""
+    """Nice -10 where allowed (servers and wrk inherit it): on a shared machine, the
+    measured processes keep their cores."""
     with contextlib.suppress(OSError, AttributeError):
         os.setpriority(os.PRIO_PROCESS, 0, NICE)
     return os.getpriority(os.PRIO_PROCESS, 0)
-
-
-# --------------------------------------------------------------------------- cores, wrk
 
 
 def pinned(core: str | None) -> list[str]:
@@ -69,7 +62,6 @@ def pinned(core: str | None) -> list[str]:
 
 @contextlib.contextmanager
 def on_core(core: str) -> Iterator[None]:
-    """Run this process on `core` (where pinning is possible), then restore."""
     if not hasattr(os, "sched_setaffinity") or not pinned(core):
         yield
         return
@@ -82,7 +74,6 @@ def on_core(core: str) -> Iterator[None]:
 
 
 def ensure_wrk() -> None:
-    """wrk, installed from Debian's package when missing and allowed, else exit."""
     if not shutil.which("wrk") and shutil.which("apt-get") and os.geteuid() == 0:
         say("wrk is missing: apt-get update && apt-get install -y wrk")
         subprocess.run(["apt-get", "update", "-qq"], check=False)
@@ -93,8 +84,6 @@ def ensure_wrk() -> None:
 
 @dataclass
 class Measured:
-    """The merged slices of one wrk target."""
-
     rps: float
     p50_ms: float
     p90_ms: float
@@ -208,11 +197,9 @@ def interleave(
     settle: float = 0.0,
     after_round: Callable[[int], None] | None = None,
 ) -> None:
-    """Warm every target up, then measure them in turns, slice by slice, so that
-    background load hits them alike: every other round in the reverse order (a target
-    does not always follow the same one), or each round starting one target further on
-    from `start`, or always in the same order. `settle` seconds pass before each slice;
-    `after_round(number)` runs after each round (the in-process floors' turn)."""
+    """Warm-up, then the targets in turns, slice by slice, so that background load hits
+    them alike: every other round reversed, or rotated from `start`, or the same order;
+    `settle` seconds before each slice, `after_round(number)` after each round."""
     targets = list(targets)
     for target in targets if warmup else ():
         target.run(warmup, keep=False)
@@ -245,11 +232,7 @@ def percentile(values: list[float], fraction: float) -> float:
     return ordered[min(len(ordered) - 1, round(fraction * (len(ordered) - 1)))]
 
 
-# --------------------------------------------------------------------------- processes
-
-
 def rss_kib(pid: int) -> int:
-    """The process's resident set, in KiB."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
             return int(line.split()[1])
@@ -257,9 +240,7 @@ def rss_kib(pid: int) -> int:
 
 
 def serving_pid(pid: int) -> int:
-    """The process that serves: `pid` itself, or the one worker `leasestar serve --workers
-    1` forks and only waits for (leasestar/supervision.py), whose memory and CPU are the
-    server's."""
+    """`pid`, or the one worker it forked and waits for (leasestar/supervision.py)."""
     forked = []
     for stat in Path("/proc").glob("[0-9]*/stat"):
         with contextlib.suppress(OSError):  # (a process that ended meanwhile)
@@ -295,7 +276,6 @@ def rss_samples(pid: int, every: float, at_once: bool = False) -> Iterator[list[
 
 
 def cpu_seconds(pid: int) -> float:
-    """The process's CPU time so far, every thread's (utime + stime)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
@@ -324,9 +304,8 @@ def http_get(url: str, token: str | None = None, timeout: float = 60) -> tuple[i
 
 
 class KeepAlive:
-    """One keep-alive HTTP/1.1 connection, as a sequential client holds it: each `get` is
-    timed from sending the request to the last byte of the body (http.client, the
-    lightest client at hand, so the client's own cost stays out of the latency)."""
+    """One keep-alive connection; each `get` timed from request to the body's last byte
+    (http.client: the lightest client at hand, its own cost out of the latency)."""
 
     def __init__(self, base: str, timeout: float = 120) -> None:
         split = urllib.parse.urlsplit(base)
@@ -352,8 +331,6 @@ class KeepAlive:
 
 @dataclass
 class Server:
-    """A running server: its base URL and pid; `returncode` once it is stopped."""
-
     name: str
     base: str
     pid: int
@@ -372,13 +349,9 @@ def server(
     stop: signal.Signals = signal.SIGINT,
     wait: float = 120,
 ) -> Iterator[Server]:
-    """Start a server pinned to `core` on a free port (`{port}` in `command`), wait up to
-    `wait` seconds for `health` to answer 200, and stop it with `stop` on the way out.
-
-    taskset execs the server, so the pid is the server's own (or its one worker's:
-    `serving_pid`). Its output goes to `WORK/server-NAME.log` (the last run's, for a
-    failed start).
-    """
+    """A server pinned to `core` on a free port (`{port}` in `command`), once `health`
+    answers 200; its pid the server's own (taskset execs it), its output in
+    `work/server-NAME.log`."""
     port = free_port()
     full = [*pinned(core), *(part.replace("{port}", str(port)) for part in command)]
     inherited = {k: v for k, v in os.environ.items() if not k.startswith("LEASESTAR_")}
@@ -420,7 +393,6 @@ def leasestar_server(
     args: Sequence[str] = (),
     **options: Any,
 ) -> contextlib.AbstractContextManager[Server]:
-    """`leasestar serve` (uvicorn, one worker, `SERVER_ENV` over its defaults) on `db`;
-    `options` are `server`'s."""
+    """`leasestar serve` on `db`, `SERVER_ENV` over its defaults."""
     command = [str(LEASESTAR), "serve", "--db", str(db), "--host", "127.0.0.1", "--port", "{port}"]
     return server(name, [*command, *args], "/health", {**SERVER_ENV, **(env or {})}, **options)
