@@ -1,7 +1,5 @@
-"""What clients really do (issue 15): distinct pages by offset and by cursor against the
-repeated first page, the offset walk with gzip, br and zstd against identity (each
-encoding checked first), get by id against its floor; in interleaved slices.
-"""
+"""What clients do (issue 15): distinct pages by offset and cursor against the repeated
+first page, compressed walks against identity, get by id against its floor."""
 
 from __future__ import annotations
 

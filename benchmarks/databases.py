@@ -1,8 +1,5 @@
-"""The benchmarks' databases: `benchmarks/work/applicants-N.db` (or a smoke run's), seeded
-once with `leasestar seed --count N --seed 0` and reused while it matches the schema and
-generator, so that every benchmark that takes N rows takes the same file; tokens in
-them, copies of them, and connections set up as the server's.
-"""
+"""The benchmarks' databases: `WORK/applicants-N.db`, seeded once with `leasestar seed
+--count N --seed 0` and reused while schema and generator match; tokens, copies, readers."""
 
 from __future__ import annotations
 

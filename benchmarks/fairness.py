@@ -1,9 +1,6 @@
-"""No token can starve the rest (issue 17, point 5): a light token's latency alone, then
-while a heavy token sends its full allowance of the most expensive request found, from a
-process of its own (so its threads do not slow the light client's timing), its requests
-drained before the next slice; one server per `--token-concurrency` value (`off`: before
-the cap). Method in full: the section's text in `sections.toml`.
-"""
+"""No token can starve the rest (issue 17.5): a light token's latency alone and while a
+heavy token, from a process of its own, sends its allowance of the most expensive request;
+one server per `--token-concurrency`. Method: sections.toml, RESULTS.md."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""The HTTP floor (`floors.py`): a bare Litestar app that answers fixed bodies, served by
-uvicorn exactly as `leasestar serve` serves the real app: what HTTP, ASGI and Litestar's
-routing cost for a response of a given size. `GET /floor/<case>` answers
-`$BENCH_FLOOR_DIR/<case>.json` byte for byte; `GET /floor/tiny` a 2-byte body.
-"""
+"""The HTTP floor: a bare Litestar app served by uvicorn as `leasestar serve` serves the
+real one; `GET /floor/<case>` answers `$BENCH_FLOOR_DIR/<case>.json`, `/floor/tiny` `{}`."""
 
 from __future__ import annotations
 

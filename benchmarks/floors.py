@@ -1,7 +1,5 @@
-"""The floors a case is measured against: the in-process page (the case's page read and
-byte assembly with sqlite3 in a loop, on the server's core), and the bare HTTP server
-(`floor_app.py`). Method in full: the list section's text in `sections.toml`.
-"""
+"""The floors a case is measured against: its page read and assembled with sqlite3 in a
+loop on the server's core, and the bare HTTP server. Method: sections.toml, RESULTS.md."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""The query matrix (issue 17): every ordering against every kind of filter, values drawn
-at random per request so that no cache answers; p50 and p99 of each combination, and its
-section of RESULTS.md. Method in full: the section's text in `sections.toml`. On its own:
-`.venv/bin/python benchmarks/matrix.py [--rows N ...] [--quick] [--results FILE]`.
-"""
+"""The query matrix (issue 17): every ordering against every kind of filter, values random
+per request; p50/p99 per combination. Method: sections.toml, RESULTS.md."""
 
 from __future__ import annotations
 

@@ -1,10 +1,5 @@
-"""What a benchmark's report records about its run, and where it goes.
-
-`machine`, `versions`, `describe_machine`, `loadavg`, `git_commit`: the lines every
-report carries; `section`, `text`, `table`: a section rendered from its figures and its
-texts in `sections.toml`; `write_section`: one section of `benchmarks/RESULTS.md`
-replaced, every other byte kept; `Outputs`: where a run writes (`--smoke DIR`: below DIR).
-"""
+"""What a report records about its run (machine, versions, commit), its sections rendered
+from sections.toml, written into RESULTS.md; the options every script takes."""
 
 from __future__ import annotations
 

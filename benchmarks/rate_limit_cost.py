@@ -1,9 +1,5 @@
-"""What the shared rate limit costs a request (issue 11): `python benchmarks/rate_limit_cost.py`.
-
-Servers alike but for their limit (`SERVERS`), in interleaved slices on several sets of
-freshly started servers; req/s and each server's CPU time per request (which load moves
-less than req/s). Writes the `rate-limit` section; `--pairs 2 --slices 2` is a quick look.
-"""
+"""What the shared rate limit costs a request (issue 11): servers alike but for their
+limit, in interleaved slices on fresh sets of servers. Method: sections.toml, RESULTS.md."""
 
 from __future__ import annotations
 

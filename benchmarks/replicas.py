@@ -1,8 +1,5 @@
-"""Edge replicas (issue 14): lag from a primary's commit to a replica serving it, and a
-replica's throughput against its primary's, caught up and while it applies an import. A
-copy of the bench database is replicated with `leasestar replicate` to a `file://` store
-beside it. Method in full: the section's text in `sections.toml`.
-"""
+"""Edge replicas (issue 14): lag from a primary's commit to its replica serving it, and the
+replica's throughput against the primary's, caught up and applying an import."""
 
 from __future__ import annotations
 

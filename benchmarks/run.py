@@ -1,8 +1,5 @@
-"""`make bench`: the list path under wrk against its floors (issue 4), and what rides on
-its servers: offset depth, cursor walks (`cursor_depth.py`), what clients do
-(`clients.py`), the query matrix (`matrix.py`) and the read pool (issue 2). Cases are
-data (`cases.py`), the report is rendered from the results (`report.py`).
-"""
+"""`make bench`: the list path against its floors (issue 4), offset depth, cursor walks,
+what clients do, the query matrix and the read pool (issue 2). Method: sections.toml."""
 
 from __future__ import annotations
 

@@ -1,8 +1,6 @@
-"""Soak benchmark (issue 5, `make soak`): the read API under wrk's mix of gets by id and
-list pages (`soak.lua`) while `leasestar import` rewrites every row back to back; exits
-non-zero when a goal is missed (a non-2xx answer, a socket error, RSS drift over 10 %) or
-an import fails. `python benchmarks/soak.py --rows 20000 --duration 15` is a quick look.
-"""
+"""Soak (issue 5, `make soak`): wrk's mix of gets and list pages (`soak.lua`) while
+`leasestar import` rewrites rows back to back; exits non-zero when a goal is missed (a
+non-2xx, a socket error, RSS drift over 10 %) or an import fails."""
 
 from __future__ import annotations
 

@@ -1,11 +1,5 @@
-"""The database against its own export (issue 15.4): bytes per applicant, per table and index.
-
-For each size (the seeded databases of `make bench`): the file's bytes (WAL checkpointed),
-the bytes of `leasestar export` of it, and SQLite's own account of every table and index
-(the `dbstat` virtual table: pages in use times the page size), each per applicant.
-
-    .venv/bin/python benchmarks/storage_size.py [--rows 100000 1000000]
-"""
+"""The database against its own export (issue 15.4): bytes per applicant, per table and
+index (`dbstat`), of the seeded databases. Method: sections.toml, RESULTS.md."""
 
 from __future__ import annotations
 

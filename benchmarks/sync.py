@@ -1,8 +1,5 @@
-"""Sync clients (issue 13): the NDJSON stream against `leasestar export`, taken in turn
-`--rounds` times (on a shared machine a best-of-N of each taken one after the other
-measured mostly which ran at a quiet moment), and the long poll's wake-up latency with
-hundreds of raw-socket clients waiting while one record is committed here.
-"""
+"""Sync clients (issue 13): the NDJSON stream against `leasestar export` in turns, and
+the long poll's wake-up with hundreds of clients waiting. Method: sections.toml, RESULTS.md."""
 
 from __future__ import annotations
 

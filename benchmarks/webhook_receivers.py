@@ -1,13 +1,6 @@
-"""Loopback webhook receivers for `benchmarks/webhooks.py`: N HTTP servers in one process,
-`python benchmarks/webhook_receivers.py N` prints their ports (JSON) and serves until
-SIGTERM. Each answers every POST 200 and records its arrival (`time.time()`, the clock
-the benchmark stamps commits with), change sequence and event id, and the headers and
-body of a sample, for the benchmark to verify their signatures: `GET /arrivals` (NDJSON
-`[arrived, change_seq, event_id]`), `GET /samples`, `GET /count`. A receiver must not be
-what limits the sender: an asyncio protocol over httptools on uvloop, keep-alive,
-answering from a constant (a `http.server` one takes a thread per connection and about
-as long per request as the sender does).
-"""
+"""Loopback webhook receivers for webhooks.py: `webhook_receivers.py N` prints N ports and
+serves until SIGTERM, recording each POST's arrival; an asyncio protocol over httptools on
+uvloop, so that a receiver is not what limits the sender."""
 
 from __future__ import annotations
 

@@ -1,9 +1,6 @@
-"""Webhooks (issue 28.6): an import of changed records into a large database with three
-subscribers on loopback receivers (`webhook_receivers.py`), against the same import with
-webhooks off; list req/s idle and while the server delivers; the commit-to-first-attempt
-latency of a burst and of steady imports. Method in full: the section's text in
-`sections.toml`. `--rows 100000 --changed 10000` is a development run of a few minutes.
-"""
+"""Webhooks (issue 28.6): an import into a large database with three loopback subscribers
+against webhooks off, list req/s while it delivers, commit-to-attempt latency of a burst
+and of steady imports. Method: sections.toml, RESULTS.md."""
 
 from __future__ import annotations
 
