@@ -17,6 +17,8 @@ from databases import read_only
 from harness import WORK, WrkTarget, http_get, say
 
 SCOPED_INTEGRATION = "int_mri_01"
+# wrk stops with requests in flight, which the server still answers (a zstd page up to
+# 0.3 s at p99): the next slice starts this much later, not sharing its start with them.
 SETTLE_SECONDS = 0.5
 SMALL, BIG = 100_000, 1_000_000
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -44,25 +46,16 @@ class Settings:
         return self.slices * self.slice_seconds
 
     @property
-    def small(self) -> int:
-        """The database every case runs on."""
+    def small(self) -> int:  # the database every case runs on
         return self.sizes[0]
 
     @property
-    def big(self) -> int | None:
-        """The database of the scale, depth and cursor cases (None: not in this run)."""
+    def big(self) -> int | None:  # the scale, depth and cursor cases' (None: not this run)
         return self.sizes[1] if len(self.sizes) > 1 else None
 
     def interleave(self, targets: list[WrkTarget], in_process: Sequence[Floor] = ()) -> None:
-        """The targets in interleaved slices, the in-process floors' turn after each round.
-
-        Each slice starts `SETTLE_SECONDS` after the one before ended: wrk stops with 16
-        requests in flight, which the server still answers, and a list page compressed
-        with zstd takes up to 0.3 s at p99. Without the pause, a cheap case after an
-        expensive one (get by id after the compressed walks) shared its first tenth of a
-        second with them. Every other round runs in the reverse order: get by id after the
-        zstd walk read 0.15-0.3 below the list section's.
-        """
+        """Interleaved slices (reversed every other round), the in-process floors' turn
+        after each round."""
 
         def floors_turn(_: int) -> None:
             for floor in in_process:
@@ -74,23 +67,18 @@ class Settings:
         )  # fmt: skip
 
 
-# sizes, slices, slice seconds, warm-up, in-process seconds, offset depths per size,
-# quick, cursor walks, cursor pages collected, pool.
 FULL = Settings(
     (SMALL, BIG), 5, 2, 3, 2.0, {SMALL: (0.1, 0.25, 0.5, 0.75), BIG: (0.25, 0.5, 0.75)},
     False, True, 3_000,
 )  # fmt: skip
 QUICK = Settings((SMALL,), 3, 1, 1, 0.75, {SMALL: (0.1, 0.5)}, True, False, 500, False)
-# `--smoke DIR`: every step of a full run, on small databases and 1 s slices, writing
-# only below DIR. It proves the harness end to end in about two minutes; its figures
-# mean nothing.
+# `--smoke DIR`: every step of a full run, on small databases, in about two minutes.
 SMOKE = Settings((2_000, 10_000), 1, 1, 1, 0.2, {2_000: (0.5,), 10_000: (0.5,)}, False, True, 100)
 
 
 @dataclass(frozen=True)
 class Case:
-    """One request, and the same page's SQL for its in-process floor (`floors.py`), written
-    from the contract, not taken from `leasestar/`: what any implementation must run."""
+    """One request, and its page's SQL for the in-process floor, written from the contract."""
 
     key: str
     label: str
@@ -106,8 +94,6 @@ class Case:
 
 @dataclass(frozen=True)
 class DataFacts:
-    """What the cases need to know about one database."""
-
     rows: int
     window: tuple[int, int]  # updated_at bounds, microseconds, holding ~10% of rows
     window_rows: int
@@ -179,8 +165,6 @@ def data_facts(db: Path, rows: int) -> DataFacts:
 
 @dataclass
 class Dataset:
-    """One seeded database, with what the benchmark needs of it."""
-
     rows: int
     db: Path
     facts: DataFacts

@@ -22,7 +22,6 @@ import provenance
 from cases import FULL, QUICK, SMOKE, Case, Dataset, Settings, offset_case, served_once, target_for
 from harness import WrkTarget, say
 from matrix import FULL_MATRIX, QUICK_MATRIX, SMOKE_MATRIX
-from provenance import Outputs
 from report import CaseResult, Run, evaluate, markdown
 
 POOL_SIZES = (1, 2, 4)
@@ -66,13 +65,6 @@ def measure_cases(
     """Each case interleaved with its HTTP floor (when a floor server runs) and in-process floor."""
     group = [[(dataset, base, case, f"{dataset.rows} {case.key}", True)] for case in cases]
     return [measure_group(settings, one, floor_base)[0] for one in group]
-
-
-def leasestar_server(
-    name: str, db: Path, work: Path, read_connections: int | None = None
-) -> contextlib.AbstractContextManager[harness.Server]:
-    env = {"LEASESTAR_READ_CONNECTIONS": str(read_connections)} if read_connections else {}
-    return harness.leasestar_server(name, db, env, work=work)
 
 
 def save_bodies(base: str, dataset: Dataset, directory: Path) -> Path:
@@ -135,10 +127,11 @@ def measure_pool(settings: Settings, small: Dataset, work: Path) -> list[dict[st
     say(f"{small.rows:,} rows: one read connection or a pool (LEASESTAR_READ_CONNECTIONS)")
     figures = []
     with contextlib.ExitStack() as stack:
-        bases = {
-            size: stack.enter_context(leasestar_server(f"pool-{size}", small.db, work, size)).base
-            for size in POOL_SIZES
-        }
+        bases = {}
+        for n in POOL_SIZES:
+            env = {"LEASESTAR_READ_CONNECTIONS": str(n)}
+            server = harness.leasestar_server(f"pool-{n}", small.db, env, work=work)
+            bases[n] = stack.enter_context(server).base
         for key in ("list_default", "get_by_id"):
             case = small.cases[key]
             targets = [target_for(bases[n], small, case, f"pool {n} {key}") for n in POOL_SIZES]
@@ -161,12 +154,13 @@ def run_benchmark(settings: Settings, work: Path, matrix_settings: matrix.Matrix
     # The matrix's tokens are made before the servers start, as the cases' are.
     domains = [matrix.prepare(d.db, d.rows) for d in (small, big) if d is not None]
     with contextlib.ExitStack() as stack:
-        base = stack.enter_context(leasestar_server("leasestar-100k", small.db, work)).base
+        serve = harness.leasestar_server
+        base = stack.enter_context(serve("leasestar-100k", small.db, work=work)).base
         bodies = save_bodies(base, small, work / "floor-bodies")
         floor_base = stack.enter_context(floors.floor_server(bodies, work)).base
         big_base = ""
         if big:
-            big_base = stack.enter_context(leasestar_server("leasestar-1m", big.db, work)).base
+            big_base = stack.enter_context(serve("leasestar-1m", big.db, work=work)).base
         say(f"{small.rows:,} rows: every case against its floors")
         run.cases[small.rows] = measure_cases(
             settings, small, base, [*small.cases.values()], floor_base
@@ -197,21 +191,6 @@ def run_benchmark(settings: Settings, work: Path, matrix_settings: matrix.Matrix
     if settings.pool:
         run.pool = measure_pool(settings, small, work)
     return run
-
-
-def write_results(report: dict[str, Any], run: Run, settings: Settings, outputs: Outputs) -> None:
-    targets = evaluate(run)
-    for t in targets:
-        print(f"  {t.verdict():<26} {t.name}: {t.measured:.2f}x (needs >= {t.need:.2f}x)")
-    command, when = report["command"], report["when"]
-    sections = [markdown(report, run, targets)]
-    if run.cursors:
-        sections.append(cursor_depth.markdown(run.cursors, command))
-    sections.append(clients.markdown(run.clients, settings, command, when))
-    sections.append(matrix.markdown(run.matrix, command, when))
-    for section in sections:
-        provenance.publish(section, outputs.results_md)
-    say(report["elapsed"])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -247,7 +226,17 @@ def main(argv: list[str] | None = None) -> int:
         f"measuring took {(time.monotonic() - measuring) / 60:.1f} min, "
         f"the whole run {(time.monotonic() - started) / 60:.1f} min"
     )
-    write_results(report, run, settings, outputs)
+    targets = evaluate(run)
+    for t in targets:
+        print(f"  {t.verdict():<26} {t.name}: {t.measured:.2f}x (needs >= {t.need:.2f}x)")
+    command, when = report["command"], report["when"]
+    sections = [markdown(report, run, targets)]
+    sections += [cursor_depth.markdown(run.cursors, command)] if run.cursors else []
+    sections.append(clients.markdown(run.clients, settings, command, when))
+    sections.append(matrix.markdown(run.matrix, command, when))
+    for section in sections:
+        provenance.publish(section, outputs.results_md)
+    say(report["elapsed"])
     return 0
 
 
