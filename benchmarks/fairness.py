@@ -208,7 +208,6 @@ def main() -> int:
     if args.quick and not args.smoke:
         args.rounds, args.seconds = 2, 8.0
     rows, rounds, seconds = args.rows, args.rounds, args.seconds
-    harness.raise_priority()
     db = databases.ensure_database(rows, outputs.work)
     load, started = provenance.loadavg(), time.monotonic()
     variants = [Variant(concurrency) for concurrency in VARIANTS]

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from provenance import BENCH, ROOT, WORK
+from provenance import BENCH, ROOT, WORK, say
 
 BIN = Path(sys.executable).parent
 LEASESTAR = BIN / "leasestar"
@@ -37,20 +37,6 @@ SERVER_CORE, CLIENT_CORE = "0", "1"
 # into a test of the limiter (it answers 429 after a few hundred requests). LEASESTAR_*
 # variables of the calling shell are not passed on, so a run measures the defaults.
 SERVER_ENV = {"LEASESTAR_RATE_LIMIT": "off"}
-NICE = -10
-
-
-def say(message: str) -> None:
-    name = {"run": "bench"}.get(Path(sys.argv[0]).stem, Path(sys.argv[0]).stem)
-    print(f"[{name} {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
-
-
-def raise_priority() -> int:
-    """Nice -10 where allowed (servers and wrk inherit it): on a shared machine, the
-    measured processes keep their cores."""
-    with contextlib.suppress(OSError, AttributeError):
-        os.setpriority(os.PRIO_PROCESS, 0, NICE)
-    return os.getpriority(os.PRIO_PROCESS, 0)
 
 
 def pinned(core: str | None) -> list[str]:
@@ -71,15 +57,6 @@ def on_core(core: str) -> Iterator[None]:
         yield
     finally:
         os.sched_setaffinity(0, before)
-
-
-def ensure_wrk() -> None:
-    if not shutil.which("wrk") and shutil.which("apt-get") and os.geteuid() == 0:
-        say("wrk is missing: apt-get update && apt-get install -y wrk")
-        subprocess.run(["apt-get", "update", "-qq"], check=False)
-        subprocess.run(["apt-get", "install", "-y", "-qq", "wrk"], check=False)
-    if not shutil.which("wrk"):
-        sys.exit("wrk is required: apt-get install -y wrk, brew install wrk, or from its source.")
 
 
 @dataclass

@@ -345,7 +345,6 @@ def main() -> None:
     parser = argparse.ArgumentParser(description="the query matrix (issue 17), one database")
     parser.add_argument("--quick", action="store_true", help="the reduced matrix of --quick")
     args, outputs = provenance.options(parser, {}, rows=[100_000], out="--results")
-    harness.raise_priority()
     when, results = provenance.now(), []
     for rows in args.rows:
         db = databases.ensure_database(rows, outputs.work)

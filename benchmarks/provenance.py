@@ -24,6 +24,12 @@ ROOT = BENCH.parent
 WORK = BENCH / "work"
 RESULTS_MD = BENCH / "RESULTS.md"
 SECTIONS = BENCH / "sections.toml"  # each section's title and texts, with {fields}
+NICE = -10
+
+
+def say(message: str) -> None:
+    name = {"run": "bench"}.get(Path(sys.argv[0]).stem, Path(sys.argv[0]).stem)
+    print(f"[{name} {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
 def shown(path: Path) -> str:
@@ -175,9 +181,12 @@ def options(
     *,
     rows: int | list[int] | bool | None = False,
     out: str = "--out",
+    nice: bool = True,
 ) -> tuple[argparse.Namespace, Outputs]:
     """`OPTIONS` added (`--rows` with the default `rows` unless False, `--out` as `out`) and
-    parsed; `--smoke DIR` puts `smoke` over the values given."""
+    parsed, `--smoke DIR` putting `smoke` over the values given; wrk installed if missing
+    and allowed; nice -10 where allowed, so that on a shared machine the measured
+    processes (servers and wrk inherit it) keep their cores."""
     for name, keywords in OPTIONS.items():
         several = "+" if isinstance(rows, list) else None
         if name != "--rows":
@@ -189,6 +198,14 @@ def options(
     outputs = Outputs(args.smoke.resolve() / "work", below(args.smoke)) if args.smoke else Outputs()
     if given := getattr(args, out.lstrip("-")):
         outputs = Outputs(outputs.work, given if given.suffix == ".md" else below(given))
+    if not shutil.which("wrk") and shutil.which("apt-get") and os.geteuid() == 0:
+        say("wrk is missing: apt-get update && apt-get install -y wrk")
+        subprocess.run(["apt-get", "update", "-qq"], check=False)
+        subprocess.run(["apt-get", "install", "-y", "-qq", "wrk"], check=False)
+    if not shutil.which("wrk"):
+        sys.exit("wrk is required: apt-get install -y wrk, brew install wrk, or from its source.")
+    with contextlib.suppress(OSError, AttributeError):
+        os.setpriority(os.PRIO_PROCESS, 0, NICE if nice else os.getpriority(os.PRIO_PROCESS, 0))
     return args, Outputs(outputs.work, None if args.no_write else outputs.results_md)
 
 

@@ -114,8 +114,6 @@ def main() -> int:
     parser.add_argument("--pairs", type=int, default=4, help="sets of fresh servers (default 4)")
     smoke = {"rows": 2_000, "seconds": 1, "slices": 1, "pairs": 1}
     args, outputs = provenance.options(parser, smoke, rows=ROWS)
-    harness.ensure_wrk()
-    harness.raise_priority()
     section = measure(args.seconds, args.slices, args.pairs, args.rows, outputs.work)
     provenance.publish(section, outputs.results_md)
     return 0

@@ -278,8 +278,6 @@ def main() -> None:
     args, outputs = provenance.options(parser, smoke, rows=100_000)
     if args.quick:
         args.imports, args.seconds = 20, 4
-    harness.raise_priority()
-    harness.ensure_wrk()
     source = databases.ensure_database(args.rows, outputs.work)
     here = outputs.work / "replicas"
     shutil.rmtree(here, ignore_errors=True)

@@ -161,9 +161,8 @@ def main() -> int:
         "--read-connections", type=int, default=Settings().read_connections, help="the default"
     )
     smoke = {"rows": 2_000, "import_rows": 500, "duration": 5}
-    args, outputs = provenance.options(parser, smoke, rows=100_000)
+    args, outputs = provenance.options(parser, smoke, rows=100_000, nice=False)
     command = "make soak" if len(sys.argv) == 1 else provenance.command()
-    harness.ensure_wrk()
     work = outputs.work / "soak"
     work.mkdir(parents=True, exist_ok=True)
     template = databases.ensure_database(args.rows, outputs.work)

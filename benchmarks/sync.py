@@ -204,7 +204,6 @@ def main() -> None:
     args, outputs = provenance.options(
         parser, {"rows": 2_000, "clients": 20, "rounds": 2}, rows=1_000_000
     )
-    harness.raise_priority()
     if args.quick and not args.smoke:
         args.rows, args.clients = 100_000, 200
     rows, clients = args.rows, args.clients

@@ -32,8 +32,6 @@ _decode_head = msgspec.json.Decoder(_Head).decode
 
 @dataclass
 class Record:
-    """What one receiver was sent."""
-
     arrivals: list[tuple[float, int, str]] = field(default_factory=list)
     samples: list[dict[str, object]] = field(default_factory=list)
 

@@ -39,12 +39,11 @@ POLL_SECONDS = 0.002
 # The receivers are on loopback, which deliveries refuse by default.
 WEBHOOK_ENV = {"LEASESTAR_WEBHOOK_ALLOW_PRIVATE": "on"}
 DELIVERY_WAIT_SECONDS = 3600
+RECEIVERS = "webhook_receivers.py"
 
 
 @dataclass
 class Receivers:
-    """The receivers' process and ports."""
-
     process: subprocess.Popen[str]
     ports: list[int]
 
@@ -56,7 +55,6 @@ class Receivers:
             return bytes(answer.read())
 
     def pending(self, expected: list[int]) -> bool:
-        """Whether a receiver has had fewer requests than `expected` says."""
         counts = [int(self.get(i, "/count")) for i in range(len(self.ports))]
         return any(got < want for got, want in zip(counts, expected, strict=True))
 
@@ -65,7 +63,7 @@ class Receivers:
         harness.wait_until(lambda: not self.pending(expected), DELIVERY_WAIT_SECONDS, failure)
 
     def verify_samples(self, secrets: list[str]) -> int:
-        """How many sampled requests verified (any that does not fails the run)."""
+        """How many sampled requests verified (one that does not fails the run)."""
         verified = 0
         for index, secret in enumerate(secrets):
             for sample in json.loads(self.get(index, "/samples")):
@@ -85,11 +83,7 @@ class Receivers:
 
 @contextlib.contextmanager
 def receiving(count: int) -> Iterator[Receivers]:
-    command = [
-        *harness.pinned(CLIENT_CORE),
-        sys.executable,
-        str(harness.BENCH / "webhook_receivers.py"),
-    ]
+    command = [*harness.pinned(CLIENT_CORE), sys.executable, str(harness.BENCH / RECEIVERS)]
     process = subprocess.Popen([*command, str(count)], stdout=subprocess.PIPE, text=True)
     try:
         assert process.stdout is not None
@@ -117,7 +111,6 @@ def watching(db: Path) -> Iterator[list[tuple[float, int]]]:
 
 
 def committed_at(moves: list[tuple[float, int]], change_seq: int) -> float:
-    """When the commit holding `change_seq` was first seen."""
     return next(seen for seen, seq in moves if seq >= change_seq)
 
 
@@ -136,8 +129,7 @@ def changed_lines(count: int, mark: str) -> bytes:
 
 
 def timed_import(db: Path, file: Path) -> tuple[float, float]:
-    """Seconds `leasestar import` took, process start to exit, and its CPU seconds (its
-    worker's included): the figure other work on the machine moves least."""
+    """`leasestar import`'s seconds, and its CPU seconds (which other work moves least)."""
     started, cpu = time.monotonic(), harness.children_cpu()
     command = [str(LEASESTAR), "import", "--db", str(db), str(file)]
     subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
@@ -179,8 +171,7 @@ def delivered(
 
 
 def steady_imports(db: Path, rows: int, seconds: int) -> list[float]:
-    """`rows` changed records imported every second, `seconds` times (here, on a
-    connection of this process); each import's seconds."""
+    """`rows` changed records imported in this process every second; each import's seconds."""
     lines = changed_lines(rows * seconds, "steady").splitlines(True)
     took = []
     connection = open_for_write(db)
@@ -198,8 +189,8 @@ def steady_imports(db: Path, rows: int, seconds: int) -> list[float]:
 
 
 def warm(url: str, token: str) -> None:
-    """One list request, unmeasured: the first after a change counts the new total
-    (`match_counter.py`), seconds at 1,000,000 rows, which no slice should hold."""
+    """One list request, unmeasured: the first after a change counts the new total (seconds
+    at 1,000,000 rows), which no slice should hold."""
     status, body = harness.http_get(url, token, timeout=600)
     if status != 200:
         raise RuntimeError(f"list: HTTP {status}: {body[:200]!r}")
@@ -217,8 +208,6 @@ def main() -> None:
     args, outputs = provenance.options(parser, smoke, rows=1_000_000)
     if args.steady_rows * args.steady_seconds > args.changed:
         parser.error("--steady-rows x --steady-seconds must be at most --changed")
-    harness.raise_priority()
-    harness.ensure_wrk()
     source = databases.ensure_database(args.rows, outputs.work)
     here = outputs.work / "webhooks"
     here.mkdir(parents=True, exist_ok=True)
