@@ -202,9 +202,6 @@ def measure(settings: Settings, dataset: Dataset, base: str, result: ClientsResu
         )
 
 
-# --------------------------------------------------------------------------- report
-
-
 def _fmt(value: float | None, suffix: str = "x") -> str:
     return "-" if value is None else f"{value:.2f}{suffix}"
 

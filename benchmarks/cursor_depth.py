@@ -25,15 +25,12 @@ from leasestar.applicants.query import ApplicantQuery, cursor_state, parse_order
 DEPTHS = (0.1, 0.5, 0.9)
 LIMIT = 100  # the default page size
 TARGET = 1.5
-# The default ordering, as SQL, written here from the contract (created_at desc + id).
-DEFAULT_ORDER_SQL = "ORDER BY created_at DESC, id DESC"
 
 
 @dataclass(frozen=True)
 class Ordering:
-    """An ordering walked: its `order-by` (None: the default) and its SQL, written here
-    from the contract (nulls first ascending, last descending: SQLite's own placement;
-    the hidden id key in the direction of the last key)."""
+    """An `order-by` (None: the default) and its SQL from the contract (nulls first
+    ascending, last descending; the id key in the last key's direction)."""
 
     order_by: str | None
     sql: str
@@ -49,7 +46,7 @@ class Ordering:
 
 
 ORDERINGS = (
-    Ordering(None, DEFAULT_ORDER_SQL),
+    Ordering(None, "ORDER BY created_at DESC, id DESC"),
     # Nullable keys, whose cursors once made SQLite scan the index from its far end: a
     # descending walk runs into the trailing null block (about 10% of the seed's emails
     # are null, so 90% is inside it), an ascending one starts inside the leading block
@@ -57,9 +54,6 @@ ORDERINGS = (
     Ordering("email_1:desc", "ORDER BY email_1 DESC, id DESC"),
     Ordering("middle_name:asc", "ORDER BY middle_name ASC, id ASC"),
 )
-
-
-# --------------------------------------------------------------------------- cases
 
 
 @dataclass
@@ -89,8 +83,7 @@ class Case:
 
 
 def build_cases(db: Path, rows: int) -> list[Case]:
-    """Per ordering, the first page and a cursor page at each depth; and offset=90% of
-    the default ordering for contrast."""
+    """Per ordering the first page and a cursor at each depth; offset 90% for contrast."""
     with contextlib.closing(databases.read_only(db)) as conn:
         key = bytes(conn.execute("SELECT cursor_key FROM sync_state").fetchone()[0])
         # As the server signs for an unscoped token, which the benchmark uses.
@@ -115,14 +108,8 @@ def build_cases(db: Path, rows: int) -> list[Case]:
                 ).fetchone()
                 cursor = codec.encode(cursor_state(query, position, after))
                 query_string = "?" + urllib.parse.urlencode({"cursor": cursor})
-                pages.append(
-                    (
-                        f"cursor_{round(depth * 100)}",
-                        f"cursor at {depth:.0%}",
-                        query_string,
-                        position,
-                    )
-                )
+                kind = f"cursor_{round(depth * 100)}"
+                pages.append((kind, f"cursor at {depth:.0%}", query_string, position))
             if order_by is None:
                 position = int(rows * DEPTHS[-1])
                 label = f"offset={position:,} (offset pagination, for contrast)"
@@ -133,9 +120,6 @@ def build_cases(db: Path, rows: int) -> list[Case]:
                 path = "/v1/applicants" + query_string
                 cases.append(Case(ordering, kind, label, path, position, ids))
     return cases
-
-
-# --------------------------------------------------------------------------- measuring
 
 
 def check_case(base: str, token: str, case: Case) -> None:
@@ -154,15 +138,12 @@ def check_case(base: str, token: str, case: Case) -> None:
 
 @dataclass
 class Walk:
-    """The measured pages of one database, and how they were measured."""
-
     rows: int
     cases: list[Case]
     settings: Settings
     loads: tuple[str, str]  # load average before, after
 
     def first_page(self, case: Case) -> Case:
-        """The first page of the case's ordering."""
         return next(c for c in self.cases if c.ordering == case.ordering and c.kind == "first")
 
     def ratios(self) -> dict[str, float]:
@@ -175,9 +156,8 @@ class Walk:
 
 
 def walk(db: Path, rows: int, base: str, token: str, settings: Settings) -> Walk:
-    """Make the cursors of `db` (served at `base`), check their pages, warm every page up
-    (caches, the count cache, the OS page cache), then measure them in turns, slice by
-    slice, starting each slice with the next page."""
+    """The cursors made and their pages checked, then every page warmed up (caches, the
+    count cache, the OS page cache) and measured in turns, each round rotated by one."""
     load_before, started = provenance.loadavg(), time.monotonic()
     cases = build_cases(db, rows)
     for case in cases:
@@ -201,9 +181,6 @@ def walk(db: Path, rows: int, base: str, token: str, settings: Settings) -> Walk
         f"{max(result.ratios().values()):.2f}x the first page's (needs <= {TARGET}x)"
     )
     return result
-
-
-# --------------------------------------------------------------------------- report
 
 
 def markdown(result: Walk, command: str) -> str:

@@ -67,14 +67,11 @@ class Request:
     scope: tuple[str, ...] = ()  # the token's integrations; () for the unscoped token
 
     def shown(self) -> str:
-        """The request as the report names it: its path, and its token's scope."""
         return f"`{self.path}`" + (f" (token scoped to {', '.join(self.scope)})" * bool(self.scope))
 
 
 @dataclass
 class Domain:
-    """What the random values are drawn from, and the tokens, of one database."""
-
     rows: int
     ranges: dict[str, tuple[int, int]]  # date column -> (min, max) microseconds
     values: dict[str, list[str]]  # equality column -> its distinct values
@@ -107,8 +104,7 @@ def prepare(db: Path, rows: int) -> Domain:
 
 
 def draw(rng: random.Random, domain: Domain, ordering: str, kind: str) -> Request:
-    """One request of a combination, its values drawn from `rng` (always in this order,
-    so that a seed makes the same requests)."""
+    """One request of a combination (values drawn in a fixed order: a seed, the same requests)."""
     params: dict[str, tuple[str, Any]] = {}
     token, scope = domain.unscoped, ()
     if kind in ("date bound", "equality + date bound") or kind.startswith("scope"):
@@ -153,8 +149,7 @@ def rounds_of(domain: Domain, settings: MatrixSettings) -> list[list[Request]]:
 
 
 def nearest_rank(ordered: list[float], percentile: float) -> float:
-    """The percentile of sorted values by nearest rank: with fewer than 100, p99 is the
-    largest (NaN when there are none)."""
+    """By nearest rank: with fewer than 100 values p99 is the largest (none: NaN)."""
     if not ordered:
         return float("nan")
     return ordered[max(0, math.ceil(percentile / 100 * len(ordered)) - 1)]
@@ -197,12 +192,9 @@ class MatrixResult:
     dropped: int  # combinations asked no more after the first rounds
     first_seconds: float  # the server's first list request: its columnar copy's first read
 
-    def all_latencies(self) -> list[float]:
-        return sorted(ms for c in self.combinations for ms in c.latencies)
-
     @property
     def p99_all(self) -> float:
-        return nearest_rank(self.all_latencies(), 99)
+        return nearest_rank(sorted(ms for c in self.combinations for ms in c.latencies), 99)
 
     @property
     def worst(self) -> Combination:
@@ -210,14 +202,12 @@ class MatrixResult:
 
 
 def _total(body: bytes) -> int | None:
-    """meta.total, read from the meta object alone (the body is not parsed whole)."""
     with contextlib.suppress(ValueError, KeyError, TypeError):
         return int(json.loads(body[len(b'{"meta":') : body.index(b',"results":')])["total"])
     return None
 
 
 def measure(base: str, db: Path, domain: Domain, settings: MatrixSettings) -> MatrixResult:
-    """Drive every round over one connection, then check a sample of totals."""
     rounds = rounds_of(domain, settings)
     combinations = {(o, k): Combination(o, k) for o in settings.orderings for k in KINDS}
     say(
@@ -229,15 +219,14 @@ def measure(base: str, db: Path, domain: Domain, settings: MatrixSettings) -> Ma
     client = KeepAlive(base)
     try:
         with on_core(CLIENT_CORE):
-            # A server's first request with a broad filter waits for its columnar copy's
-            # first read (seconds at 1,000,000 rows, once per start): timed on its own,
-            # so that the matrix measures the server as it runs, not as it starts.
+            # A server's first broad filter waits for its columnar copy's first read (seconds
+            # at 1M rows, once per start): timed apart, the matrix measures it running.
             first_started = time.monotonic()
             status, _, body, _ = client.get(FIRST_REQUEST, rounds[0][0].token)
-            first_seconds = time.monotonic() - first_started
+            first = time.monotonic() - first_started
             if status != 200:
                 problems.append(f"{FIRST_REQUEST}: HTTP {status}: {body[:200]!r}")
-            say(f"  the first request (the columnar copy's first read): {first_seconds:.1f} s")
+            say(f"  the first request (the columnar copy's first read): {first:.1f} s")
             started = time.monotonic()
             for index, round_ in enumerate(rounds):
                 if index >= settings.min_rounds:
@@ -260,11 +249,9 @@ def measure(base: str, db: Path, domain: Domain, settings: MatrixSettings) -> Ma
     finally:
         client.close()
     seconds = time.monotonic() - started
-    checked = check_totals(db, list(combinations.values()), settings.checks, problems)
     found = list(combinations.values())
-    result = MatrixResult(
-        domain.rows, found, problems, checked, seconds, len(dropped), first_seconds
-    )
+    checked = check_totals(db, found, settings.checks, problems)
+    result = MatrixResult(domain.rows, found, problems, checked, seconds, len(dropped), first)
     worst = result.worst
     say(
         f"{domain.rows:,} rows: matrix took {seconds:.0f} s; worst {worst.ordering} | "
@@ -293,9 +280,6 @@ def check_totals(db: Path, combinations: list[Combination], count: int, problems
     return len(sample)
 
 
-# --------------------------------------------------------------------------- report
-
-
 def _cell(c: Combination) -> str:
     if not c.latencies:
         return "-"
@@ -304,7 +288,6 @@ def _cell(c: Combination) -> str:
 
 
 def _database(result: MatrixResult) -> str:
-    """One database's combinations, its worst and its slowest requests, as markdown."""
     worst = result.worst
     requests = [len(c.samples) for c in result.combinations]
     problems = "all exact."

@@ -81,8 +81,7 @@ def _replicating(db: Path, store: Path) -> Iterator[None]:
 @dataclass
 class Lags:
     """Per import, seconds from the primary's commit to the replica serving a new record
-    by id (`served`: `shipped` to the store, `followed` by the replica's litestream,
-    `applied` by the replica), to its `meta.total` counting it, and the file's bytes."""
+    (`shipped`, `followed` by its litestream, `applied`), to `meta.total` counting it."""
 
     served: list[float] = field(default_factory=list)
     counted: list[float] = field(default_factory=list)
@@ -101,8 +100,8 @@ def _store_files(store: Path) -> Iterator[tuple[int, Path]]:
 
 
 def _import_in_store(store: Path, after: int) -> tuple[int, int]:
-    """The first level-0 file past transaction `after` large enough to be an import: its
-    transaction and size; (0, 0) while there is none."""
+    """(transaction, size) of the first level-0 file past `after` large enough to be an
+    import; (0, 0) while there is none."""
     found = (0, 0)
     for txid, path in _store_files(store):
         if txid > after and (found == (0, 0) or txid < found[0]):
@@ -126,8 +125,6 @@ def _followed_txid(replica_db: Path) -> int:
 
 
 def _wait_caught_up(replica: str) -> None:
-    """Until the replica has applied the store's newest transaction."""
-
     def caught_up() -> bool:
         health = _health(replica)
         behind, served = health.get("transactions_behind"), health.get("served_txid")
@@ -139,9 +136,8 @@ def _wait_caught_up(replica: str) -> None:
 def measure_lag(
     db: Path, store: Path, replica_db: Path, replica: str, token: str, imports: int
 ) -> Lags:
-    """Each import's lag, from its commit on the primary (its change sequence seen moving)
-    to a get by id of one of its records answering 200 on the replica; after the last
-    import, to the replica's `meta.total` counting it too."""
+    """Each import's lag from its commit (the primary's change sequence seen moving) to one
+    of its records answering 200 on the replica; for the last, to `meta.total` too."""
     watcher = sqlite3.connect(f"file:{db}?mode=ro", uri=True, isolation_level=None)
     lags = Lags()
     try:
@@ -203,9 +199,8 @@ def measure_lag(
 def _follow_import(
     polls: KeepAlive, record: str, token: str, store: tuple[Path, int], replica_db: Path
 ) -> tuple[float, float, float, int]:
-    """Look at the store, the follower's `-txid` file and the record on the replica every
-    POLL_SECONDS until the record answers 200: when each was seen holding the import, and
-    the size of its file in the store."""
+    """When the store, the follower's `-txid` file and the replica were first seen holding
+    the import (polled until the record answers 200), and its file's size."""
     directory, in_store_before = store
     deadline = time.monotonic() + 120
     shipped = followed = None
@@ -229,7 +224,6 @@ def _follow_import(
 def _pairs(
     bases: tuple[str, str], names: tuple[str, str], token: str, ids: Path, one: str
 ) -> list[list[WrkTarget]]:
-    """List default and get by id, each on both servers: [primary's, replica's] a case."""
     cases = (("list default", "/v1/applicants", None), ("get by id", f"/v1/applicants/{one}", ids))
     return [
         [
@@ -243,8 +237,7 @@ def _pairs(
 def _while_applying(
     args: argparse.Namespace, db: Path, bases: tuple[str, str], token: str, ids: Path, one: str
 ) -> tuple[list[list[WrkTarget]], float]:
-    """Both servers in alternating slices while the replica applies a large import; and
-    the seconds from the store holding it to the replica serving it."""
+    """Both servers in turns while the replica applies a large import; and its seconds."""
     replica = bases[1]
     say(f"throughput while the replica applies {BIG_IMPORT_ROWS:,} new applicants")
     before = _total(replica, token)
