@@ -42,8 +42,6 @@ class ClientCase:
 
 @dataclass
 class ClientsResult:
-    """One database's client cases, with the floors of the first page and of get by id."""
-
     rows: int
     cases: dict[str, ClientCase]
     composite: dict[str, float] = field(default_factory=dict)  # case key -> composite floor
@@ -91,8 +89,8 @@ def offsets_file(rows: int, work: Path) -> Path:
 
 
 def cursors_file(base: str, dataset: Dataset, pages: int, work: Path) -> tuple[Path, int]:
-    """Cursors of distinct pages, as a client gets them: from random offsets, `WALK` pages
-    along `meta.next` each; (the file of their paths, how many)."""
+    """Cursors of distinct pages as clients get them, `WALK` pages along `meta.next` from
+    each random offset: (the file of their paths, how many)."""
     chooser = random.Random(SEED + dataset.rows)
     token = dataset.tokens[False]
     found: dict[str, None] = {}
@@ -103,7 +101,7 @@ def cursors_file(base: str, dataset: Dataset, pages: int, work: Path) -> tuple[P
             for _ in range(WALK + 1):
                 status, _, body, _ = client.get(path, token)
                 if status != 200:
-                    raise RuntimeError(f"collecting cursors: {path}: HTTP {status}: {body[:200]!r}")
+                    raise RuntimeError(f"collecting cursors: {path}: {status}: {body[:200]!r}")
                 meta = json.loads(body)["meta"]
                 if path.startswith("/v1/applicants?cursor="):
                     found[path] = None
@@ -129,9 +127,7 @@ def check_encodings(base: str, dataset: Dataset) -> list[str]:
             status, headers, body, _ = client.get(path, token, {"Accept-Encoding": offered})
             chosen = headers.get("content-encoding", "identity")
             if status != 200 or chosen != expected:
-                problems.append(
-                    f"Accept-Encoding {offered!r}: HTTP {status}, {chosen}, not {expected}"
-                )
+                problems.append(f"Accept-Encoding {offered!r}: {status}, {chosen}, not {expected}")
             elif DECODERS[chosen](body) != identity:
                 problems.append(f"Accept-Encoding {offered!r}: decoded body differs from identity")
     finally:
@@ -207,7 +203,6 @@ def _fmt(value: float | None, suffix: str = "x") -> str:
 
 
 def _database(result: ClientsResult) -> str:
-    """One database's cases, its composite floors and its targets, as markdown."""
     rows = []
     for case in result.cases.values():
         m = case.measured

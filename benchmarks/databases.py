@@ -19,8 +19,7 @@ from leasestar.database import READ_PRAGMAS
 
 
 def read_only(path: Path) -> sqlite3.Connection:
-    """A read-only connection set up as the server sets up its own (the in-process floors
-    must not be slower than the server's SQLite for want of its page cache)."""
+    """Read-only, set up as the server's (a floor must not lack the server's page cache)."""
     connection = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False)
     for pragma in READ_PRAGMAS:
         connection.execute(pragma)
@@ -28,9 +27,8 @@ def read_only(path: Path) -> sqlite3.Connection:
 
 
 def data_fingerprint() -> str:
-    """What a seeded database depends on: the schema, its page size, and what the
-    generator makes (its output rather than its source, so that making it faster without
-    changing a record does not cost a reseed of a million rows)."""
+    """The schema, the page size and the generator's output (not its source: a faster
+    generator making the same records costs no reseed of a million rows)."""
     import msgspec
 
     from leasestar.database import PAGE_SIZE
@@ -44,7 +42,6 @@ def data_fingerprint() -> str:
 
 
 def _seeding_elsewhere(partial: Path) -> bool:
-    """Whether a running process (another benchmark's `leasestar seed`) names `partial`."""
     for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
         with contextlib.suppress(OSError):
             if str(partial).encode() in cmdline.read_bytes().split(b"\0"):
@@ -53,9 +50,7 @@ def _seeding_elsewhere(partial: Path) -> bool:
 
 
 def ensure_database(rows: int, work: Path = WORK) -> Path:
-    """`WORK/applicants-N.db`, seeded with `leasestar seed --count N --seed 0` unless it
-    holds N rows built from the current schema and generator (a sidecar file records
-    their fingerprint): every benchmark that takes N rows takes the same file."""
+    """`work/applicants-N.db`, seeded unless it holds N rows of the current fingerprint."""
     work.mkdir(parents=True, exist_ok=True)
     path = work / f"applicants-{rows}.db"
     stamp, partial = (path.with_name(path.name + suffix) for suffix in (".fingerprint", ".partial"))
@@ -93,7 +88,6 @@ def remove_database(path: Path) -> None:
 
 
 def copy_database(source: Path, target: Path) -> Path:
-    """A fresh copy of `source` (which other benchmarks read, so it is only read)."""
     remove_database(target)
     with (
         contextlib.closing(read_only(source)) as src,
@@ -113,7 +107,6 @@ def first_ids(db: Path, count: int, file: Path | None = None) -> list[str]:
 
 
 def create_token(db: Path, purpose: str, *integrations: str) -> str:
-    """A new bearer token in `db` (scoped to `integrations` if any given), by the CLI."""
     name = f"bench-{purpose}-{time.strftime('%Y%m%d%H%M%S')}-{os.getpid()}"
     command = [str(LEASESTAR), "token", "create", "--db", str(db), "--name", name]
     for integration in integrations:

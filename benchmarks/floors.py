@@ -19,7 +19,6 @@ from leasestar.applicants.bodies import BodyDecoder
 
 
 def floor_server(bodies: Path, work: Path) -> contextlib.AbstractContextManager[harness.Server]:
-    """The HTTP floor: a bare Litestar app answering each case's exact body (`floor_app.py`)."""
     # `leasestar serve` runs uvicorn.run(factory=True, workers=1, log_level="info",
     # access_log=False) with uvicorn's default loop and HTTP parser: the same here.
     command = [str(UVICORN), "floor_app:create_floor_app", "--factory", "--app-dir", str(BENCH)]
@@ -30,11 +29,8 @@ def floor_server(bodies: Path, work: Path) -> contextlib.AbstractContextManager[
 
 
 class InProcessFloor:
-    """The case's page read and byte assembly with sqlite3 in a loop: pages per second.
-
-    The fastest way found to produce the served bytes (every variant's bytes must equal
-    the served body): the best of the plans (`_plans`) first, then of the assemblies.
-    """
+    """Pages per second of the fastest way found to make the served bytes (each variant's
+    must equal them): the best of the plans first, then of the assemblies."""
 
     def __init__(self, db: Path, case: Case, body: bytes, ids: list[str]) -> None:
         self.name = f"in-process {case.key}"
@@ -67,11 +63,9 @@ class InProcessFloor:
         self.calls, self.elapsed = 0, 0.0
 
     def _plans(self, case: Case) -> dict[str, tuple[str, tuple[Any, ...]]]:
-        """Plan name -> (page SQL selecting {column}, its parameters): the plain statement;
-        for a filter, the ordering's index walked with the filter applied row by row
-        (`+column` keeps it off its index); for a filter or an offset on the default
-        order, a keyset seek to the page's first row, its key looked up once beforehand
-        (as a cache of such anchors would)."""
+        """Name -> (page SQL selecting {column}, parameters): the plain statement; for a
+        filter, the order's index walked (`+column` keeps the filter off its index); for a
+        filter or offset on the default order, a keyset seek to the page's first row."""
         tail = f"ORDER BY {case.order} LIMIT ? OFFSET ?"
         filters = {"": case.where}
         if case.where:
@@ -132,7 +126,6 @@ class InProcessFloor:
         return {"row, blob": by_id_blob}
 
     def _trial(self, produce: Callable[[], bytes], body: bytes) -> float:
-        """A short timing of one variant, after checking it makes the served bytes."""
         self._picks = iter(())  # by id: the first id is the one whose body was served
         if produce() != body:
             raise RuntimeError(f"{self.name}: a floor variant differs from the served body")

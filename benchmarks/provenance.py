@@ -33,7 +33,6 @@ def say(message: str) -> None:
 
 
 def shown(path: Path) -> str:
-    """A path as a reader would type it from the repository root, where it is below it."""
     return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
 
 
@@ -42,10 +41,9 @@ def versions() -> dict[str, str]:
 
     found = {"python": platform.python_version(), "sqlite": sqlite3.sqlite_version}
     for package in ("litestar", "msgspec", "uvicorn", "uvloop", "httptools", "aiosqlite"):
-        try:
+        found[package] = "-"
+        with contextlib.suppress(PackageNotFoundError):
             found[package] = version(package)
-        except PackageNotFoundError:
-            found[package] = "-"
     out = subprocess.run(["wrk", "--version"], capture_output=True, text=True).stdout.split()
     found["wrk"] = out[1] if len(out) > 1 else "?"
     return found
@@ -62,12 +60,8 @@ def machine() -> dict[str, str]:
     with contextlib.suppress(OSError, IndexError, ValueError):
         kb = int(Path("/proc/meminfo").read_text().split()[1])
         memory = f"{kb / 2**20:.0f} GiB"
-    return {
-        "cpu": model,
-        "cores": str(os.cpu_count()),
-        "memory": memory,
-        "kernel": platform.release(),
-    }
+    cores, kernel = str(os.cpu_count()), platform.release()
+    return {"cpu": model, "cores": cores, "memory": memory, "kernel": kernel}
 
 
 def describe_machine(*packages: str) -> str:
@@ -97,9 +91,8 @@ def git_commit() -> str:
 
 
 def write_section(section: str, path: Path = RESULTS_MD) -> None:
-    """Replace one section of RESULTS.md, from its `<!-- BEGIN x -->` line to its
-    `<!-- END x -->` (the first and last lines of `section`); every other byte is kept.
-    A section the file does not have yet is appended."""
+    """Replace the section between its BEGIN and END lines, every other byte kept (or
+    append it)."""
     lines = section.strip("\n").splitlines()
     begin, end = lines[0], lines[-1]
     if not (begin.startswith("<!-- BEGIN ") and end.startswith("<!-- END ")):
@@ -134,23 +127,19 @@ def _texts() -> dict[str, dict[str, str]]:
 
 
 def text(key: str, part: str, **fields: Any) -> str:
-    """A text of section `key` in `sections.toml`, its `{fields}` filled in: the lines of
-    each paragraph joined into one (but a table's), paragraphs kept apart by a blank line."""
+    """A text of sections.toml, `{fields}` filled in, a paragraph (not a table) one line."""
     paragraphs = _texts()[key][part].strip().split("\n\n")
     kept = (p if p.startswith("|") else " ".join(p.split()) for p in paragraphs)
     return "\n\n".join(kept).format(**fields)
 
 
 def table(header: str, align: str, rows: Iterable[Sequence[object]]) -> str:
-    """A markdown table: its header and alignment lines, then a line per row of cells."""
     lines = [header, align, *("| " + " | ".join(str(c) for c in row) + " |" for row in rows)]
     return "\n".join(lines)
 
 
 def section(key: str, *blocks: str, name: str | None = None, **fields: Any) -> str:
-    """Section `name` (default `key`): its title and `intro` from `sections.toml`, then
-    `blocks` (tables, paragraphs; empty ones left out), between its BEGIN and END lines;
-    `when`, `commit` and `machine` are filled in unless given."""
+    """Section `name` (default `key`): its title and `intro`, then the non-empty `blocks`."""
     fields = {"when": now(), "commit": git_commit(), "machine": describe_machine(), **fields}
     name = name or key
     heading = "## " + text(key, "title", **fields)
@@ -219,5 +208,4 @@ def below(directory: Path) -> Path:
 
 
 def command() -> str:
-    """The command that runs, as RESULTS.md cites it."""
     return " ".join(["python", f"benchmarks/{Path(sys.argv[0]).name}", *sys.argv[1:]])

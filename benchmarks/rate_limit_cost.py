@@ -30,6 +30,7 @@ SERVERS: dict[str, dict[str, str]] = {
 # slices with random seeds, and within 3 % in 10 of 14 with seed 0: where a dictionary's
 # keys collide follows the seed).
 SAME_PROCESS = {"LEASESTAR_LOG_FORMAT": "off", "PYTHONHASHSEED": "0"}
+SERVERS = {name: {**env, **SAME_PROCESS} for name, env in SERVERS.items()}
 
 
 def measure(seconds: int, slices: int, pairs: int, rows: int, work: Path) -> str:
@@ -49,14 +50,10 @@ def measure(seconds: int, slices: int, pairs: int, rows: int, work: Path) -> str
         # req/s for as long as they live (measured: both with the limit off), more than
         # the cost measured; over several sets that difference averages out.
         with contextlib.ExitStack() as stack:
-            servers = {
-                name: stack.enter_context(
-                    harness.leasestar_server(
-                        f"rate-limit-{pair}-{n}", db, {**env, **SAME_PROCESS}, work=work
-                    )
-                )
-                for n, (name, env) in enumerate(SERVERS.items())
-            }
+            servers = {}
+            for n, (name, env) in enumerate(SERVERS.items()):
+                server = harness.leasestar_server(f"rate-limit-{pair}-{n}", db, env, work=work)
+                servers[name] = stack.enter_context(server)
             for case, path, ids_for in cases:
                 targets = [
                     harness.WrkTarget(name, s.base + path, token, ids_for, pid=s.pid)
@@ -81,11 +78,8 @@ def measure(seconds: int, slices: int, pairs: int, rows: int, work: Path) -> str
             rps = statistics.fmean(one[number].measured().rps for one in sets)
             cpu = statistics.fmean(one[number].cpu_us_per_request() for one in sets)
             cost, cpu_cost = statistics.fmean(costs), statistics.fmean(cpu_costs)
-            cells += [
-                f"{rps:,.0f}",
-                f"{cost:+.1%} ({min(costs):+.1%} to {max(costs):+.1%})",
-                f"{cpu:.0f} ({cpu_cost:+.1%})",
-            ]
+            cost_range = f"{cost:+.1%} ({min(costs):+.1%} to {max(costs):+.1%})"
+            cells += [f"{rps:,.0f}", cost_range, f"{cpu:.0f} ({cpu_cost:+.1%})"]
             harness.say(
                 f"{case}, {name}: {rps:,.0f} req/s ({cost:+.1%}), {cpu:.0f} us CPU "
                 f"({cpu_cost:+.1%}) against {off_rps:,.0f} req/s, {off_cpu:.0f} us off"
