@@ -40,8 +40,6 @@ HEAVY_HEADERS = {"Accept": "application/x-ndjson", "Accept-Encoding": "gzip"}
 
 @dataclass
 class Heavy:
-    """What the heavy token sent in one slice and what it got."""
-
     sent: int = 0
     skipped: int = 0  # due, but HEAVY_OUTSTANDING were outstanding
     statuses: dict[int, int] = field(default_factory=dict)
@@ -202,9 +200,8 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=4, help="rounds per server (default 4)")
     parser.add_argument("--seconds", type=float, default=20, help="seconds per slice (default 20)")
     parser.add_argument("--quick", action="store_true", help="2 rounds of 8 s: a look")
-    args, outputs = provenance.options(
-        parser, {"rows": 2_000, "rounds": 1, "seconds": 3.0}, rows=ROWS
-    )
+    smoke = {"rows": 2_000, "rounds": 1, "seconds": 3.0}
+    args, outputs = provenance.options(parser, smoke, rows=ROWS)
     if args.quick and not args.smoke:
         args.rounds, args.seconds = 2, 8.0
     rows, rounds, seconds = args.rows, args.rounds, args.seconds

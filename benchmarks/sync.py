@@ -30,8 +30,6 @@ QUIET = {"LEASESTAR_LOG_FORMAT": "off"}
 
 @dataclass
 class Run:
-    """One whole pass over the table: export to /dev/null, or one curl stream."""
-
     seconds: float
     cpu: float  # CPU seconds of the exporting or serving process
     wire: int = 0  # bytes on the wire (a stream)
@@ -40,43 +38,33 @@ class Run:
 
 
 def _export_once(db: Path) -> Run:
-    """`leasestar export` to /dev/null, pinned to the server's core (taskset execs it, so
-    its CPU time is the export's own)."""
+    """`leasestar export` to /dev/null on the server's core (taskset execs it: its CPU time
+    is the export's own)."""
     cpu, started = harness.children_cpu(), time.perf_counter()
-    subprocess.run(
-        [*pinned(SERVER_CORE), str(harness.LEASESTAR), "export", "--db", str(db)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        check=True,
-    )
+    command = [*pinned(SERVER_CORE), str(harness.LEASESTAR), "export", "--db", str(db)]
+    subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
     return Run(time.perf_counter() - started, harness.children_cpu() - cpu)
 
 
 def _stream_once(server: harness.Server, token: str, encoding: str) -> Run:
-    """One curl stream of the whole table in id order (the export's order and bytes), with
-    the server's CPU time and its RSS sampled every 20 ms."""
+    """One curl stream of the table in id order (the export's order and bytes); the server's
+    CPU time, its RSS sampled every 20 ms."""
     before = harness.rss_kib(server.pid)
     with harness.rss_samples(server.pid, 0.02, at_once=True) as samples:
         cpu, started = harness.cpu_seconds(server.pid), time.perf_counter()
-        done = subprocess.run(
-            [
-                *pinned(CLIENT_CORE),
-                *("curl", "-sS", "-o", "/dev/null", "-w", "%{size_download}"),
-                *("-H", f"Authorization: Bearer {token}", "-H", "Accept: application/x-ndjson"),
-                *("-H", f"Accept-Encoding: {encoding}", f"{server.base}/v1/applicants?order-by="),
-            ],
-            capture_output=True,
-            text=True,
-            check=True,
-        )
+        done = subprocess.run([
+            *pinned(CLIENT_CORE), "curl", "-sS", "-o", "/dev/null", "-w", "%{size_download}",
+            "-H", f"Authorization: Bearer {token}", "-H", "Accept: application/x-ndjson",
+            "-H", f"Accept-Encoding: {encoding}", f"{server.base}/v1/applicants?order-by=",
+        ], capture_output=True, text=True, check=True)  # fmt: skip
         elapsed = time.perf_counter() - started
     cpu = harness.cpu_seconds(server.pid) - cpu
     return Run(elapsed, cpu, int(done.stdout), max(samples), before)
 
 
 def _alternate(db: Path, rounds: int, work: Path) -> tuple[list[Run], dict[str, list[Run]], int]:
-    """(exports, streams by encoding, server RSS at idle): export and each stream taken in
-    turn, `rounds` times, so that other work on a shared machine weighs on each alike."""
+    """(exports, streams by encoding, idle RSS): each taken in turn, `rounds` times, so that
+    other work on a shared machine weighs on each alike."""
     token = databases.create_token(db, "sync")
     exports: list[Run] = []
     streams: dict[str, list[Run]] = {encoding: [] for encoding in ENCODINGS}
@@ -149,18 +137,14 @@ async def _wake_up(server: harness.Server, db: Path, token: str, clients: int) -
         writer.close()
     await asyncio.gather(*tasks)
     latencies = sorted(moment - committed for moment in done) or [float("nan")]
-    return {
-        "p50": statistics.median(latencies),
-        "p99": latencies[max(0, int(len(latencies) * 0.99) - 1)],
-        "max": latencies[-1],
-        "idle_cpu": idle_cpu,
-        "empty": empty,
-    }
+    p99 = latencies[max(0, int(len(latencies) * 0.99) - 1)]
+    p50, most = statistics.median(latencies), latencies[-1]
+    return {"p50": p50, "p99": p99, "max": most, "idle_cpu": idle_cpu, "empty": empty}
 
 
 def _stream_table(exports: list[Run], streams: dict[str, list[Run]], size: int, idle: int) -> str:
     def share(runs: list[Run]) -> float:
-        """The median share of a core a pass had: CPU time over wall time."""
+        # The median share of a core a pass had: CPU time over wall time.
         return statistics.median(run.cpu / run.seconds for run in runs)
 
     export_seconds = statistics.median(run.seconds for run in exports)
@@ -197,13 +181,10 @@ def _stream_table(exports: list[Run], streams: dict[str, list[Run]], size: int, 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="100,000 rows, 200 clients")
-    parser.add_argument(
-        "--rounds", type=int, default=5, help="export and streams taken in turn (default 5)"
-    )
-    parser.add_argument("--clients", type=int, default=500, help="long polls (default 500)")
-    args, outputs = provenance.options(
-        parser, {"rows": 2_000, "clients": 20, "rounds": 2}, rows=1_000_000
-    )
+    parser.add_argument("--rounds", type=int, default=5, help="export and streams in turn")
+    parser.add_argument("--clients", type=int, default=500, help="long polls")
+    smoke = {"rows": 2_000, "clients": 20, "rounds": 2}
+    args, outputs = provenance.options(parser, smoke, rows=1_000_000)
     if args.quick and not args.smoke:
         args.rows, args.clients = 100_000, 200
     rows, clients = args.rows, args.clients
@@ -231,9 +212,7 @@ def main() -> None:
         "sync", "poll", clients=clients, woken=woken, empty=empty, idle_cpu=wake["idle_cpu"] * 100
     )
     section = provenance.section(
-        "sync",
-        _stream_table(exports, streams, export_bytes, idle),
-        poll,
+        "sync", _stream_table(exports, streams, export_bytes, idle), poll,
         command=provenance.command(), rows=rows, rounds=args.rounds, minutes=minutes,
         load_before=load_before, load_after=load_after, server_core=SERVER_CORE,
         client_core=CLIENT_CORE,
