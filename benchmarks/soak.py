@@ -31,8 +31,8 @@ SCRIPT = harness.BENCH / "soak.lua"  # half records by id, half list pages
 
 
 def import_files(count: int, work: Path) -> tuple[Path, Path]:
-    """A: `count` new applicants (seed 501, so no key or id is in the seeded data); B: the
-    same records with `notes` changed, so importing A, B, A, ... rewrites every row."""
+    """A: `count` new applicants (seed 501: no key of the seeded data); B: A with `notes`
+    changed, so that importing A, B, A, ... rewrites every row."""
     first, second = work / f"import-{count}-a.ndjson", work / f"import-{count}-b.ndjson"
     if first.exists() and second.exists():
         return first, second
@@ -49,7 +49,6 @@ def import_files(count: int, work: Path) -> tuple[Path, Path]:
 
 
 def request_mix(db: Path, work: Path) -> tuple[Path, Path]:
-    """Files the Lua script reads: random applicant ids, and list paths."""
     with contextlib.closing(databases.read_only(db)) as conn:
         ids = [row[0] for row in conn.execute("SELECT id FROM applicants")]
         properties = conn.execute(
@@ -61,17 +60,14 @@ def request_mix(db: Path, work: Path) -> tuple[Path, Path]:
     ids_file.write_text("\n".join(rng.sample(ids, min(len(ids), 20_000))) + "\n")
     base = "/v1/applicants"
     lists = [
-        base,
-        f"{base}?limit=25",
-        f"{base}?limit=250",
+        base, f"{base}?limit=25", f"{base}?limit=250",
         f"{base}?order-by=last_name,first_name&limit=50",
-        f"{base}?order-by=updated_at:desc&limit=100",
-        f"{base}?order-by=city,zip&limit=25",
+        f"{base}?order-by=updated_at:desc&limit=100", f"{base}?order-by=city,zip&limit=25",
         f"{base}?updated_at_gte=2024-01-01&updated_at_lte=2024-06-30&limit=50",
         *(f"{base}?offset={rng.randrange(len(ids))}&limit=20" for _ in range(10)),
         *(f"{base}?property_id={value}&limit=50" for (value,) in properties),
         *(f"{base}?integration_id={value}&limit=100" for (value,) in integrations),
-    ]
+    ]  # fmt: skip
     lists_file.write_text("\n".join(lists) + "\n")
     return ids_file, lists_file
 
@@ -88,7 +84,6 @@ class ImportRun:
 def import_loop(
     db: Path, files: tuple[Path, Path], origin: float, stop: threading.Event, runs: list[ImportRun]
 ) -> None:
-    """`leasestar import` of the files in turn, back to back, until stopped."""
     turn = 0
     while not stop.is_set():
         path = files[turn % 2]
@@ -97,9 +92,8 @@ def import_loop(
         result = subprocess.run(command, capture_output=True, text=True, check=False)
         ended = time.monotonic() - origin
         output = (result.stdout + result.stderr).strip()[-300:]
-        runs.append(
-            ImportRun(path.name, round(started, 1), round(ended, 1), result.returncode, output)
-        )
+        run = ImportRun(path.name, round(started, 1), round(ended, 1), result.returncode, output)
+        runs.append(run)
         say(f"import {path.name}: exit {result.returncode}, {ended - started:.1f} s")
         turn += 1
 
@@ -137,16 +131,10 @@ def report(figures: dict[str, Any], command: str) -> str:
     trend = " → ".join(f"{kib / 1024:.1f} MiB" for kib in rss["every_second"][9::10])
     verdict = "all goals met" if ok_2xx and ok_rss else "GOAL MISSED"
     return provenance.section(
-        "soak",
-        table,
-        provenance.text("soak", "verdict", trend=trend or "-", verdict=verdict),
-        **figures,
-        command=command,
-        warmup=WARMUP_SECONDS,
-        runs=runs,
-        written=sum(1 for run in imports if run["returncode"] == 0),
-        import_count=len(imports),
-    )
+        "soak", table, provenance.text("soak", "verdict", trend=trend or "-", verdict=verdict),
+        **figures, command=command, warmup=WARMUP_SECONDS, runs=runs,
+        written=sum(1 for run in imports if run["returncode"] == 0), import_count=len(imports),
+    )  # fmt: skip
 
 
 def main() -> int:
