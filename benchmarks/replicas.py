@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import shutil
 import sqlite3
@@ -22,6 +23,7 @@ from harness import LEASESTAR, KeepAlive, WrkTarget, percentile, say
 
 from leasestar.replica.layout import FOLLOWED_NAME, ReplicaLayout
 
+Pairs = list[list[WrkTarget]]  # per case, [primary's, replica's]
 IMPORT_ROWS = 100
 BIG_IMPORT_ROWS = 100_000
 # The primary's file and the replica's answers: each poll is a request the replica serves
@@ -223,7 +225,7 @@ def _follow_import(
 
 def _pairs(
     bases: tuple[str, str], names: tuple[str, str], token: str, ids: Path, one: str
-) -> list[list[WrkTarget]]:
+) -> Pairs:
     cases = (("list default", "/v1/applicants", None), ("get by id", f"/v1/applicants/{one}", ids))
     return [
         [
@@ -236,7 +238,7 @@ def _pairs(
 
 def _while_applying(
     args: argparse.Namespace, db: Path, bases: tuple[str, str], token: str, ids: Path, one: str
-) -> tuple[list[list[WrkTarget]], float]:
+) -> tuple[Pairs, float]:
     """Both servers in turns while the replica applies a large import; and its seconds."""
     replica = bases[1]
     say(f"throughput while the replica applies {BIG_IMPORT_ROWS:,} new applicants")
@@ -285,16 +287,14 @@ def main() -> None:
         running.enter_context(_replicating(db, store))
         primary = running.enter_context(harness.leasestar_server("replica-primary", db, work=here))
         say("restoring the replica")
-        # Served once, unmeasured, until its database is restored: at 1,000,000 rows on a
-        # loaded machine the first restore (the store's snapshot, then a copy of it)
-        # outlasts the 120 s a measured server gets to answer.
-        with harness.leasestar_server(
-            "replica-restore", replica_db, args=replica_args, core=None, work=here, wait=1800
-        ):
-            pass
-        replica = running.enter_context(
-            harness.leasestar_server("replica", replica_db, args=replica_args, work=here)
+        # Served once, unmeasured, until restored: at 1M rows on a loaded machine the first
+        # restore outlasts the 120 s a measured server gets to answer.
+        serve = functools.partial(
+            harness.leasestar_server, db=replica_db, args=replica_args, work=here
         )
+        with serve("replica-restore", core=None, wait=1800):
+            pass
+        replica = running.enter_context(serve("replica"))
         _wait_caught_up(replica.base)
         say(f"lag over {args.imports} imports of {IMPORT_ROWS} applicants")
         lags = measure_lag(db, store, replica_db, replica.base, token, args.imports)
@@ -315,11 +315,7 @@ def main() -> None:
 
 
 def _report(
-    args: argparse.Namespace,
-    lags: Lags,
-    pairs: list[list[WrkTarget]],
-    applying: list[list[WrkTarget]],
-    applied_in: float,
+    args: argparse.Namespace, lags: Lags, pairs: Pairs, applying: Pairs, took: float
 ) -> str:
     sizes = lags.file_bytes or [0]
     rows = []
@@ -332,19 +328,15 @@ def _report(
             b, o = base.measured(), other.measured()
             row += [f"{b.rps:,.0f}", f"{o.rps:,.0f}", f"{o.rps / b.rps:.2f}x" if b.rps else "-"]
         rows.append(row)
+    part = "skipped" if args.skip_applying else "applying"
     applying_text = provenance.text(
-        "edge-replicas",
-        "skipped" if args.skip_applying else "applying",
-        big_rows=BIG_IMPORT_ROWS,
-        applied_in=applied_in,
+        "edge-replicas", part, big_rows=BIG_IMPORT_ROWS, applied_in=took
     )
     return provenance.section(
         "edge-replicas",
         provenance.table(
             "| case | primary | replica | replica / primary | primary meanwhile | "
-            "replica applying | applying / primary |",
-            "|---|---|---|---|---|---|---|",
-            rows,
+            "replica applying | applying / primary |", "|---|---|---|---|---|---|---|", rows,
         ),
         name="edge-replicas" if args.rows == 100_000 else f"edge-replicas-{args.rows}",
         rows=args.rows, load=provenance.loadavg(), imports=len(lags.served),
