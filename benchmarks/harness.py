@@ -339,17 +339,16 @@ def server(
             full, cwd=ROOT, env={**inherited, **(env or {})}, stdout=log, stderr=log
         )
         running = Server(name, f"http://127.0.0.1:{port}", process.pid)
+
+        def answers() -> bool:
+            if process.poll() is not None:
+                raise RuntimeError(f"{name} exited ({process.returncode}); see {log_path}")
+            with contextlib.suppress(OSError):
+                return http_get(running.base + health, timeout=2)[0] == 200
+            return False
+
         try:
-            deadline = time.monotonic() + wait
-            while True:
-                if process.poll() is not None:
-                    raise RuntimeError(f"{name} exited ({process.returncode}); see {log_path}")
-                with contextlib.suppress(OSError):
-                    if http_get(running.base + health, timeout=2)[0] == 200:
-                        break
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"{name} did not answer in {wait:.0f} s; see {log_path}")
-                time.sleep(0.2)
+            wait_until(answers, wait, f"{name} did not answer in {wait:.0f} s; see {log_path}")
             running.pid = serving_pid(process.pid)
             yield running
         finally:
