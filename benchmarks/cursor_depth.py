@@ -47,10 +47,8 @@ class Ordering:
 
 ORDERINGS = (
     Ordering(None, "ORDER BY created_at DESC, id DESC"),
-    # Nullable keys, whose cursors once made SQLite scan the index from its far end: a
-    # descending walk runs into the trailing null block (about 10% of the seed's emails
-    # are null, so 90% is inside it), an ascending one starts inside the leading block
-    # (about 55% of middle names, so 10% and 50% are inside it and 90% is past it).
+    # Nullable keys, whose cursors once made SQLite scan the index from its far end: ~10%
+    # of emails are null (90% desc is in the block), ~55% of middle names (10%, 50% asc).
     Ordering("email_1:desc", "ORDER BY email_1 DESC, id DESC"),
     Ordering("middle_name:asc", "ORDER BY middle_name ASC, id ASC"),
 )
@@ -90,7 +88,6 @@ def build_cases(db: Path, rows: int) -> list[Case]:
         codec = CursorCodec(key).for_scope(None)
         cases = []
         for ordering in ORDERINGS:
-            # The default query (created_at desc) for the default ordering.
             order_by = parse_order_by(ordering.order_by) if ordering.order_by else None
             query = ApplicantQuery(limit=LIMIT, **({"order_by": order_by} if order_by else {}))
             first = (

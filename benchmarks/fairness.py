@@ -30,10 +30,8 @@ HEAVY_RATE = 10  # the heavy token's full allowance: 600 a minute
 HEAVY_OUTSTANDING = 32
 DRAIN_SECONDS = 180
 VARIANTS = ("off", "2")  # --token-concurrency: before the cap, and its default
-# The most expensive request found: every record from a random `last_seen` on (half of
-# them on average), as one NDJSON stream ordered by name, gzip-compressed: about 100 MB
-# before compression and a second or more of a core at 100k rows, where a list page of
-# any ordering and filter now takes milliseconds (issue 17, points 1-4).
+# The most expensive request found: every record from a random `last_seen` on, one NDJSON
+# stream by name, gzip: ~100 MB and a second of a core at 100k rows (a list page: ms).
 HEAVY_PATH = "/v1/applicants?order-by=last_name:asc&last_seen_gte="
 HEAVY_HEADERS = {"Accept": "application/x-ndjson", "Accept-Encoding": "gzip"}
 

@@ -17,18 +17,15 @@ import provenance
 ROWS = 100_000
 # Far beyond any run: every request is counted, none refused.
 NO_REFUSAL = "999999999/day"
-# Each server's settings over the defaults: the limit off (which turns the per-token cap
-# off too), the shared rate limit alone, and with the default per-token cap (issue 17),
-# which a single token's 16 connections meet: its requests queue for their turns.
+# Over the defaults: the limit off (the per-token cap too), the shared limit alone, and
+# with the default per-token cap, which one token's 16 connections meet (they queue).
 SERVERS: dict[str, dict[str, str]] = {
     "rate limit off": {"LEASESTAR_RATE_LIMIT": "off"},
     "shared rate limit": {"LEASESTAR_RATE_LIMIT": NO_REFUSAL, "LEASESTAR_TOKEN_CONCURRENCY": "off"},
     "with the per-token cap": {"LEASESTAR_RATE_LIMIT": NO_REFUSAL},
 }
-# Every server alike but for its limit: no access log, and one hash seed (two servers
-# with the limit off, run at once on one core, were 7-28 % apart in req/s in each of 6
-# slices with random seeds, and within 3 % in 10 of 14 with seed 0: where a dictionary's
-# keys collide follows the seed).
+# Every server alike but for its limit: no access log, one hash seed (two servers with
+# the limit off were 7-28 % apart with random seeds, within 3 % in 10 of 14 with seed 0).
 SAME_PROCESS = {"LEASESTAR_LOG_FORMAT": "off", "PYTHONHASHSEED": "0"}
 SERVERS = {name: {**env, **SAME_PROCESS} for name, env in SERVERS.items()}
 
@@ -46,9 +43,8 @@ def measure(seconds: int, slices: int, pairs: int, rows: int, work: Path) -> str
     # case -> one target per server (SERVERS' order) for each set of servers
     runs: dict[str, list[list[harness.WrkTarget]]] = {case: [] for case, _, _ in cases}
     for pair in range(pairs):
-        # Fresh processes for each set: two servers started alike differ by up to 20 % in
-        # req/s for as long as they live (measured: both with the limit off), more than
-        # the cost measured; over several sets that difference averages out.
+        # Fresh servers each set: two started alike differ by up to 20 % for as long as they
+        # live, more than the cost measured; over several sets that averages out.
         with contextlib.ExitStack() as stack:
             servers = {}
             for n, (name, env) in enumerate(SERVERS.items()):

@@ -29,9 +29,8 @@ BIG_IMPORT_ROWS = 100_000
 # The primary's file and the replica's answers: each poll is a request the replica serves
 # on the core its follower shares, so not every 5 ms on a new connection each time.
 POLL_SECONDS = 0.01
-# An import of 100 rows is a file of megabytes; the primary's litestream ships small
-# transactions of its own (a WAL checkpoint: a few KB) at any time, one of which came
-# between the commit and the import's file in a third of the imports at 1M.
+# An import of 100 rows is a file of megabytes; litestream ships small transactions of
+# its own (a checkpoint) at any time, between commit and import in a third at 1M.
 IMPORT_FILE_MIN_BYTES = 256 * 1024
 
 
@@ -143,10 +142,8 @@ def measure_lag(
     watcher = sqlite3.connect(f"file:{db}?mode=ro", uri=True, isolation_level=None)
     lags = Lags()
     try:
-        # `meta.total` only after the last import: a replica's first count after a change
-        # took 38-104 s at 1M on a loaded machine, past the next import. Import 0 is not
-        # counted (it is reported apart): a replica just caught up is still starting (its
-        # follower restores its own copy), and the first import waited 2.5-4.6 s for it.
+        # `meta.total` only after the last import: a first count after a change took 38-104 s
+        # at 1M. Import 0 is reported apart: a replica just caught up is still starting.
         for number in range(imports + 1):
             last = number == imports
             before_seq = _change_seq(watcher)
@@ -157,8 +154,7 @@ def measure_lag(
                     raise RuntimeError("leasestar seed failed")
                 time.sleep(POLL_SECONDS)
             committed = time.monotonic()
-            # Not before the import: the primary's litestream ships small transactions of
-            # its own (a WAL checkpoint) at any time, one of which was taken for the import.
+            # Not before the import: a checkpoint of litestream's was taken for it.
             in_store_before = max((txid for txid, _ in _store_files(store)), default=0)
             (new_id,) = watcher.execute(
                 "SELECT id FROM applicants WHERE change_seq > ? LIMIT 1", (before_seq,)
@@ -250,8 +246,7 @@ def _while_applying(
         if _total(replica, token) != before or time.monotonic() > deadline:
             break
         time.sleep(0.05)
-    # The primary in alternating slices too: background load on a shared machine then
-    # falls on both sides of the ratio alike.
+    # The primary in turns too: background load falls on both sides of the ratio alike.
     applying = _pairs(bases, ("primary meanwhile", "replica applying"), token, ids, one)
     started = time.monotonic()
     while _total(replica, token) == before:
@@ -299,8 +294,7 @@ def main() -> None:
         say(f"lag over {args.imports} imports of {IMPORT_ROWS} applicants")
         lags = measure_lag(db, store, replica_db, replica.base, token, args.imports)
         say("throughput, caught up: primary and replica in alternating slices")
-        # Each server's first list default after the imports counts the new total: at
-        # 1,000,000 on a loaded machine that took 60-76 s, and a 2 s slice got no answer.
+        # A first list after the imports counts the new total (60-76 s at 1M): not in a slice.
         bases = (primary.base, replica.base)
         for base in bases:
             _total(base, token)

@@ -116,9 +116,8 @@ async def _wake_up(server: harness.Server, db: Path, token: str, clients: int) -
         else:  # its wait ran out before it saw the write: counted, not timed
             empty += 1
 
-    # A just-started server reads its columnar copy of the filtered columns (seconds at
-    # 1M; a request with a broad filter waits for it): measured first, that read would
-    # count as the waiting clients' cost.
+    # A just-started server's first broad filter reads its columnar copy (seconds at 1M):
+    # done first, or it would count as the waiting clients' cost.
     url = f"{server.base}/v1/applicants?limit=1&updated_at_gte=1970-01-01"
     status, ready = await asyncio.to_thread(harness.http_get, url, token, 600)
     if status != 200 or b'"total":' not in ready:
@@ -157,14 +156,12 @@ def _stream_table(exports: list[Run], streams: dict[str, list[Run]], size: int, 
     ]  # fmt: skip
     for encoding, runs in streams.items():
         seconds = statistics.median(run.seconds for run in runs)
-        # Each round's stream against that round's export: paired, so a load that came
-        # and went during the run weighs on both sides of a ratio.
+        # Each round's stream against that round's export: a passing load weighs on both.
         paired = statistics.median(
             export.seconds / run.seconds for export, run in zip(exports, runs, strict=True)
         )
         cpu = statistics.median(run.cpu for run in runs)
-        # The stream's own memory: over the server's RSS just before it (the server's
-        # columnar copy, built once, is not the stream's).
+        # The stream's own memory: over the RSS just before it (not the columnar copy's).
         peak = max(run.peak_kib - run.before_kib for run in runs)
         highest = max(run.peak_kib for run in runs)
         lines.append(
