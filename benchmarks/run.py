@@ -23,6 +23,7 @@ import provenance
 from cases import FULL, QUICK, SMOKE, Case, Dataset, Settings, offset_case, served_once, target_for
 from harness import WrkTarget, say
 from matrix import FULL_MATRIX, QUICK_MATRIX, SMOKE_MATRIX
+from provenance import text
 from report import CaseResult, Run, evaluate, markdown
 
 POOL_SIZES = (1, 2, 4)
@@ -85,10 +86,7 @@ def measure_extras(
     gzip = target_for(base, small, small.cases["list_default"], "list default, gzip")
     gzip.headers = ("Accept-Encoding: gzip",)
     settings.interleave([tiny, gzip])
-    notes = (
-        provenance.text("list", "tiny"),
-        provenance.text("list", "gzip", wire=gzip.measured().wire_bytes),
-    )
+    notes = (text("list", "tiny"), text("list", "gzip", wire=gzip.measured().wire_bytes))
     extras = []
     for target, note in zip((tiny, gzip), notes, strict=True):
         m = target.measured()
@@ -114,12 +112,8 @@ def measure_depth(
     """p50 against offset depth, the default order."""
     say(f"{dataset.rows:,} rows: p50 against offset depth")
     cases = [offset_case(dataset.rows, f) for f in settings.offsets[dataset.rows]]
-    by_key = {r.case.key: r for r in known}
-    measured = [
-        by_key["list_default"],
-        by_key["offset_90"],
-        *measure_cases(settings, dataset, base, cases),
-    ]
+    known_depths = [r for r in known if r.case.key in ("list_default", "offset_90")]
+    measured = [*known_depths, *measure_cases(settings, dataset, base, cases)]
     return sorted(measured, key=lambda r: r.case.offset)
 
 
