@@ -90,11 +90,11 @@ def evaluate(run: Run) -> list[Target]:
     by_key = {r.case.key: r for r in run.cases[run.small]}
     for key, against, need in TARGETS:
         result, reference = by_key[key], by_key.get(against)
-        if reference is None:
-            if result.ratio is not None:
-                name = f"{result.case.label} vs its composite floor"
-                targets.append(Target(name, result.ratio, need))
-        elif result.served and reference.served:
+        if reference is None and result.ratio is not None:
+            targets.append(
+                Target(f"{result.case.label} vs its composite floor", result.ratio, need)
+            )
+        elif reference and result.served and reference.served:
             name = f"{result.case.label} vs {reference.case.label}"
             targets.append(Target(name, result.served.rps / reference.served.rps, need))
     if run.scale:
