@@ -85,7 +85,8 @@ docs-check: install
 ## (benchmarks/work/, seeded if missing) into benchmarks/work/soak/, serves it, and runs
 ## 60 s of wrk at 64 connections on the list and get routes while `leasestar import`
 ## writes; non-2xx count, p99 and server RSS go to the soak section of
-## benchmarks/RESULTS.md. About 3 minutes once seeded; SOAK_ARGS='--duration 15' is quicker.
+## benchmarks/RESULTS.md. About 3 minutes once seeded; SOAK_ARGS='--duration 15' is quicker,
+## SOAK_ARGS='--smoke DIR' a check of every step in ~30 s, writing only below DIR.
 soak: install
 	$(BIN)/python benchmarks/soak.py $(SOAK_ARGS)
 
