@@ -44,13 +44,13 @@ format: install
 ## Benchmark the list path against its floors (issue 4) and cursor walks at 10/50/90%
 ## depth of 1M rows (issue 7): seeds 100k and 1M applicants into benchmarks/work/ (reused),
 ## drives `leasestar serve` with wrk, and writes the list and cursors sections of
-## benchmarks/RESULTS.md and benchmarks/list-bench.png. Then what clients do (issue 15,
+## benchmarks/RESULTS.md. Then what clients do (issue 15,
 ## benchmarks/clients.py): distinct pages by random offset and by cursor against the
 ## repeated first page, the same walk with Accept-Encoding gzip, br and zstd against
-## identity, get by id against its floor (clients section, clients-bench.png); and the
+## identity, get by id against its floor (clients section); and the
 ## query matrix (issue 17, benchmarks/matrix.py): every sortable field both ways and
 ## multi-key orderings against every kind of filter, values random per request, p50/p99
-## per combination (matrix section, matrix-bench.png; alone on one database:
+## per combination (matrix section; alone on one database:
 ## `.venv/bin/python benchmarks/matrix.py --rows N [N ...]`). About 40 minutes on a fresh clone;
 ## `make bench BENCH_ARGS=--quick` is a development run under 5 minutes (100k rows only, no
 ## cursor walks, a reduced matrix, no rate-limit run); BENCH_ARGS='--smoke /tmp/bench'
@@ -69,7 +69,6 @@ format: install
 ## too): lag over 25 imports, a replica's throughput against its primary's, caught up and
 ## while it applies a 100,000-row import.
 bench: install
-	$(BIN)/python -c 'import matplotlib' 2>/dev/null || $(BIN)/python -m pip install --quiet matplotlib
 	$(BIN)/python benchmarks/run.py $(BENCH_ARGS)
 	case "$(BENCH_ARGS)" in *--smoke*|*--quick*) ;; *) $(BIN)/python benchmarks/rate_limit_cost.py \
 		&& $(BIN)/python benchmarks/fairness.py && $(BIN)/python benchmarks/sync.py \
@@ -86,7 +85,8 @@ docs-check: install
 ## (benchmarks/work/, seeded if missing) into benchmarks/work/soak/, serves it, and runs
 ## 60 s of wrk at 64 connections on the list and get routes while `leasestar import`
 ## writes; non-2xx count, p99 and server RSS go to the soak section of
-## benchmarks/RESULTS.md. About 3 minutes once seeded; SOAK_ARGS='--duration 15' is quicker.
+## benchmarks/RESULTS.md. About 3 minutes once seeded; SOAK_ARGS='--duration 15' is quicker,
+## SOAK_ARGS='--smoke DIR' a check of every step in ~30 s, writing only below DIR.
 soak: install
 	$(BIN)/python benchmarks/soak.py $(SOAK_ARGS)
 

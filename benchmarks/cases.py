@@ -1,26 +1,31 @@
-"""The list benchmark's cases, as data: run settings, the requests, and the data they need.
-
-Each `Case` is one request with the SQL of the same page written from the contract
-(not taken from `leasestar/`): the in-process floor runs it (`floors.py`).
-"""
+"""The list benchmark's cases, as data: run settings, the requests, and the data they need."""
 
 from __future__ import annotations
 
 import contextlib
 import json
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import databases
+import harness
 from databases import read_only
 from harness import WORK, WrkTarget, http_get, say
 
 SCOPED_INTEGRATION = "int_mri_01"
+# wrk stops with requests in flight, which the server still answers (a zstd page up to
+# 0.3 s at p99): the next slice starts this much later, not sharing its start with them.
+SETTLE_SECONDS = 0.5
 SMALL, BIG = 100_000, 1_000_000
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+class Floor(Protocol):
+    def run(self, seconds: float) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -41,62 +46,39 @@ class Settings:
         return self.slices * self.slice_seconds
 
     @property
-    def small(self) -> int:
-        """The database every case runs on."""
+    def small(self) -> int:  # the database every case runs on
         return self.sizes[0]
 
     @property
-    def big(self) -> int | None:
-        """The database of the scale, depth and cursor cases (None: not in this run)."""
+    def big(self) -> int | None:  # the scale, depth and cursor cases' (None: not this run)
         return self.sizes[1] if len(self.sizes) > 1 else None
+
+    def interleave(self, targets: list[WrkTarget], in_process: Sequence[Floor] = ()) -> None:
+        """Interleaved slices (reversed every other round), the in-process floors' turn
+        after each round."""
+
+        def floors_turn(_: int) -> None:
+            for floor in in_process:
+                floor.run(self.inprocess_seconds / self.slices)
+
+        harness.interleave(
+            targets, self.slices, self.slice_seconds, self.warmup,
+            settle=SETTLE_SECONDS, after_round=floors_turn,
+        )  # fmt: skip
 
 
 FULL = Settings(
-    sizes=(SMALL, BIG),
-    slices=5,
-    slice_seconds=2,
-    warmup=3,
-    inprocess_seconds=2.0,
-    offsets={SMALL: (0.1, 0.25, 0.5, 0.75), BIG: (0.25, 0.5, 0.75)},
-    quick=False,
-    cursors=True,
-    cursor_pages=3_000,
-)
-QUICK = Settings(
-    sizes=(SMALL,),
-    slices=3,
-    slice_seconds=1,
-    warmup=1,
-    inprocess_seconds=0.75,
-    offsets={SMALL: (0.1, 0.5)},
-    quick=True,
-    cursors=False,
-    cursor_pages=500,
-    pool=False,
-)
-# `--smoke DIR`: every step of a full run, on small databases and 1 s slices, writing
-# only below DIR. It proves the harness end to end in about two minutes; its figures
-# mean nothing.
-SMOKE = Settings(
-    sizes=(2_000, 10_000),
-    slices=1,
-    slice_seconds=1,
-    warmup=1,
-    inprocess_seconds=0.2,
-    offsets={2_000: (0.5,), 10_000: (0.5,)},
-    quick=False,
-    cursors=True,
-    cursor_pages=100,
-)
+    (SMALL, BIG), 5, 2, 3, 2.0, {SMALL: (0.1, 0.25, 0.5, 0.75), BIG: (0.25, 0.5, 0.75)},
+    False, True, 3_000,
+)  # fmt: skip
+QUICK = Settings((SMALL,), 3, 1, 1, 0.75, {SMALL: (0.1, 0.5)}, True, False, 500, False)
+# `--smoke DIR`: every step of a full run, on small databases, in about two minutes.
+SMOKE = Settings((2_000, 10_000), 1, 1, 1, 0.2, {2_000: (0.5,), 10_000: (0.5,)}, False, True, 100)
 
 
 @dataclass(frozen=True)
 class Case:
-    """One benchmark case: the request, and the same page's SQL for its in-process floor.
-
-    The floor SQL is written here, independently of `leasestar/`, from the contract: it is
-    what any implementation must at least run to answer the request.
-    """
+    """One request, and its page's SQL for the in-process floor, written from the contract."""
 
     key: str
     label: str
@@ -112,8 +94,6 @@ class Case:
 
 @dataclass(frozen=True)
 class DataFacts:
-    """What the cases need to know about one database."""
-
     rows: int
     window: tuple[int, int]  # updated_at bounds, microseconds, holding ~10% of rows
     window_rows: int
@@ -128,58 +108,32 @@ def iso(micros: int) -> str:
 
 
 def build_cases(facts: DataFacts) -> dict[str, Case]:
-    n = facts.rows
-    low, high = facts.window
+    n, (low, high), path = facts.rows, facts.window, "/v1/applicants"
+    window = f"{path}?updated_at_gte={iso(low)}&updated_at_lte={iso(high)}"
     cases = [
-        Case("list_default", "list default", "/v1/applicants"),
-        Case("limit_250", "limit=250", "/v1/applicants?limit=250", limit=250),
-        Case(
-            "offset_90",
-            f"offset={int(n * 0.9):,} (90%)",
-            f"/v1/applicants?offset={int(n * 0.9)}",
-            offset=int(n * 0.9),
-        ),
-        Case(
-            "order_two_keys",
-            "order-by=last_name,first_name",
-            "/v1/applicants?order-by=last_name:asc,first_name:asc",
-            order="last_name ASC, first_name ASC, id ASC",
-        ),
-        Case(
-            "updated_window",
-            f"updated_at window ({facts.window_rows / n:.0%} of rows)",
-            f"/v1/applicants?updated_at_gte={iso(low)}&updated_at_lte={iso(high)}",
-            where="updated_at >= ? AND updated_at <= ?",
-            params=(low, high),
-        ),
-        Case(
-            "property_filter",
-            f"property_id filter ({facts.property_rows} rows)",
-            f"/v1/applicants?property_id={facts.property_id}",
-            where="property_id = ?",
-            params=(facts.property_id,),
-        ),
-        Case("get_by_id", "get by random id", "/v1/applicants/", by_id=True),
-        Case(
-            "scoped_token",
-            f"list, token scoped to {SCOPED_INTEGRATION}",
-            "/v1/applicants",
-            where="integration_id IN (?)",
-            params=(SCOPED_INTEGRATION,),
-            scoped=True,
-        ),
-    ]
+        Case("list_default", "list default", path),
+        Case("limit_250", "limit=250", f"{path}?limit=250", limit=250),
+        offset_case(n, 0.9, "offset_90"),
+        Case("order_two_keys", "order-by=last_name,first_name",
+             f"{path}?order-by=last_name:asc,first_name:asc",
+             order="last_name ASC, first_name ASC, id ASC"),
+        Case("updated_window", f"updated_at window ({facts.window_rows / n:.0%} of rows)", window,
+             where="updated_at >= ? AND updated_at <= ?", params=(low, high)),
+        Case("property_filter", f"property_id filter ({facts.property_rows} rows)",
+             f"{path}?property_id={facts.property_id}", where="property_id = ?",
+             params=(facts.property_id,)),
+        Case("get_by_id", "get by random id", f"{path}/", by_id=True),
+        Case("scoped_token", f"list, token scoped to {SCOPED_INTEGRATION}", path,
+             where="integration_id IN (?)", params=(SCOPED_INTEGRATION,), scoped=True),
+    ]  # fmt: skip
     return {case.key: case for case in cases}
 
 
-def offset_case(n: int, fraction: float) -> Case:
+def offset_case(n: int, fraction: float, key: str = "") -> Case:
     offset = int(n * fraction)
-    return Case(
-        f"offset_{round(fraction * 100)}",
-        f"offset={offset:,} ({fraction:.0%})",
-        f"/v1/applicants?offset={offset}",
-        offset=offset,
-    )
+    label = f"offset={offset:,} ({fraction:.0%})"
+    key = key or f"offset_{round(fraction * 100)}"
+    return Case(key, label, f"/v1/applicants?offset={offset}", offset=offset)
 
 
 def data_facts(db: Path, rows: int) -> DataFacts:
@@ -187,11 +141,8 @@ def data_facts(db: Path, rows: int) -> DataFacts:
     with contextlib.closing(read_only(db)) as conn:
 
         def nth_updated(k: int) -> int:
-            return int(
-                conn.execute(
-                    "SELECT updated_at FROM applicants ORDER BY updated_at LIMIT 1 OFFSET ?", (k,)
-                ).fetchone()[0]
-            )
+            sql = "SELECT updated_at FROM applicants ORDER BY updated_at LIMIT 1 OFFSET ?"
+            return int(conn.execute(sql, (k,)).fetchone()[0])
 
         low, high = nth_updated(int(rows * 0.45)), nth_updated(int(rows * 0.55))
         (window_rows,) = conn.execute(
@@ -214,8 +165,6 @@ def data_facts(db: Path, rows: int) -> DataFacts:
 
 @dataclass
 class Dataset:
-    """One seeded database, with what the benchmark needs of it."""
-
     rows: int
     db: Path
     facts: DataFacts
@@ -270,9 +219,7 @@ def served_once(base: str, dataset: Dataset, case: Case) -> tuple[bytes, list[st
 
 
 def target_for(base: str, dataset: Dataset, case: Case, name: str) -> WrkTarget:
+    url = base + case.path + (dataset.facts.ids[0] if case.by_id else "")
     return WrkTarget(
-        name,
-        base + case.path + (dataset.facts.ids[0] if case.by_id else ""),
-        dataset.tokens[case.scoped],
-        dataset.ids_file if case.by_id else None,
+        name, url, dataset.tokens[case.scoped], dataset.ids_file if case.by_id else None
     )

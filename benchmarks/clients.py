@@ -1,9 +1,5 @@
-"""What clients really do (issue 15): distinct pages by offset and by cursor against the
-repeated first page, the offset walk with gzip, br and zstd against identity, get by id
-against its floor; each beside its reference in interleaved slices. Each encoding's
-answer is checked first: the `Content-Encoding` chosen (a browser's
-`gzip, deflate, br, zstd` must get gzip) and the decoded body byte-identical.
-"""
+"""What clients do (issue 15): distinct pages by offset and cursor against the repeated
+first page, compressed walks against identity, get by id against its floor."""
 
 from __future__ import annotations
 
@@ -11,9 +7,8 @@ import gzip
 import json
 import random
 import urllib.parse
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import brotli
 import floors
@@ -26,7 +21,6 @@ try:
 except ImportError:
     from backports import zstd  # type: ignore[no-redef,import-not-found,unused-ignore]
 
-CHART_NAME = "clients-bench.png"
 LIMIT = 100  # the default page size
 WALK = 20  # cursor pages followed from each random start
 OFFSETS = 50_000  # random offsets in the file wrk.lua draws from
@@ -40,7 +34,7 @@ SEED = 15
 class ClientCase:
     key: str
     label: str
-    target: WrkTarget
+    target: WrkTarget = field(repr=False)
     reference: str | None = None  # key of the case its req/s ratio is taken against
     need: float | None = None  # issue 15's target for that ratio
     measured: Measured | None = None
@@ -48,8 +42,6 @@ class ClientCase:
 
 @dataclass
 class ClientsResult:
-    """One database's client cases, with the floors of the first page and of get by id."""
-
     rows: int
     cases: dict[str, ClientCase]
     composite: dict[str, float] = field(default_factory=dict)  # case key -> composite floor
@@ -82,26 +74,23 @@ class ClientsResult:
                 found.append((what, ratio, f">= {case.need:.2f}x", ratio >= case.need))
             wire = self.wire_ratio(case.key) if case.key in ENCODINGS else None
             if wire is not None:
-                found.append(
-                    (f"{case.label}: bytes on the wire vs identity", wire, "<= 0.30x", wire <= 0.3)
-                )
+                what = f"{case.label}: bytes on the wire vs identity"
+                found.append((what, wire, "<= 0.30x", wire <= 0.3))
         return found
 
 
 def offsets_file(rows: int, work: Path) -> Path:
     """Random default-order pages by offset, one path a line, from a fixed seed."""
     chooser = random.Random(SEED)
-    path = work / f"distinct-offsets-{rows}.txt"
-    top = max(0, rows - LIMIT)
-    path.write_text(
-        "".join(f"/v1/applicants?offset={chooser.randint(0, top)}\n" for _ in range(OFFSETS))
-    )
+    path, top = work / f"distinct-offsets-{rows}.txt", max(0, rows - LIMIT)
+    lines = (f"/v1/applicants?offset={chooser.randint(0, top)}\n" for _ in range(OFFSETS))
+    path.write_text("".join(lines))
     return path
 
 
 def cursors_file(base: str, dataset: Dataset, pages: int, work: Path) -> tuple[Path, int]:
-    """Cursors of distinct pages, as a client gets them: from random offsets, `WALK` pages
-    along `meta.next` each; (the file of their paths, how many)."""
+    """Cursors of distinct pages as clients get them, `WALK` pages along `meta.next` from
+    each random offset: (the file of their paths, how many)."""
     chooser = random.Random(SEED + dataset.rows)
     token = dataset.tokens[False]
     found: dict[str, None] = {}
@@ -112,7 +101,7 @@ def cursors_file(base: str, dataset: Dataset, pages: int, work: Path) -> tuple[P
             for _ in range(WALK + 1):
                 status, _, body, _ = client.get(path, token)
                 if status != 200:
-                    raise RuntimeError(f"collecting cursors: {path}: HTTP {status}: {body[:200]!r}")
+                    raise RuntimeError(f"collecting cursors: {path}: {status}: {body[:200]!r}")
                 meta = json.loads(body)["meta"]
                 if path.startswith("/v1/applicants?cursor="):
                     found[path] = None
@@ -138,9 +127,7 @@ def check_encodings(base: str, dataset: Dataset) -> list[str]:
             status, headers, body, _ = client.get(path, token, {"Accept-Encoding": offered})
             chosen = headers.get("content-encoding", "identity")
             if status != 200 or chosen != expected:
-                problems.append(
-                    f"Accept-Encoding {offered!r}: HTTP {status}, {chosen}, not {expected}"
-                )
+                problems.append(f"Accept-Encoding {offered!r}: {status}, {chosen}, not {expected}")
             elif DECODERS[chosen](body) != identity:
                 problems.append(f"Accept-Encoding {offered!r}: decoded body differs from identity")
     finally:
@@ -156,45 +143,21 @@ def build(
     offsets = offsets_file(dataset.rows, work)
     cursors, collected = cursors_file(base, dataset, pages, work)
     say(f"{dataset.rows:,} rows: {collected:,} cursors of distinct pages collected")
-    first = dataset.cases["list_default"]
+    first, by_id = dataset.cases["list_default"], dataset.cases["get_by_id"]
+    walk = base + "/v1/applicants"
     cases = [
         ClientCase("first", "first page, repeated", target_for(base, dataset, first, "first page")),
-        ClientCase(
-            "offsets",
-            "distinct pages by offset",
-            WrkTarget("distinct offsets", base + "/v1/applicants", token, paths_file=offsets),
-            "first",
-            0.8,
-        ),
-        ClientCase(
-            "cursors",
-            "distinct pages by cursor",
-            WrkTarget("distinct cursors", base + "/v1/applicants", token, paths_file=cursors),
-            "first",
-            0.8,
-        ),
-    ]
-    for encoding, need in zip(ENCODINGS, (0.6, 0.5, None), strict=True):
-        target = WrkTarget(
-            f"distinct offsets, {encoding}",
-            base + "/v1/applicants",
-            token,
-            paths_file=offsets,
-            headers=(f"Accept-Encoding: {encoding}",),
-        )
-        cases.append(
-            ClientCase(encoding, f"distinct pages by offset, {encoding}", target, "offsets", need)
-        )
-    by_id = dataset.cases["get_by_id"]
-    cases.append(
-        ClientCase(
-            "get_by_id",
-            "get by random id",
-            target_for(base, dataset, by_id, "get by id"),
-            None,
-            0.65,
-        )
-    )
+        ClientCase("offsets", "distinct pages by offset",
+                   WrkTarget("distinct offsets", walk, token, paths_file=offsets), "first", 0.8),
+        ClientCase("cursors", "distinct pages by cursor",
+                   WrkTarget("distinct cursors", walk, token, paths_file=cursors), "first", 0.8),
+        *(ClientCase(encoding, f"distinct pages by offset, {encoding}",
+                     WrkTarget(f"distinct offsets, {encoding}", walk, token, paths_file=offsets,
+                               headers=(f"Accept-Encoding: {encoding}",)), "offsets", need)
+          for encoding, need in zip(ENCODINGS, (0.6, 0.5, None), strict=True)),
+        ClientCase("get_by_id", "get by random id", target_for(base, dataset, by_id, "get by id"),
+                   None, 0.65),
+    ]  # fmt: skip
     if floor_base:
         for key in ("list_default", "get_by_id"):
             floor = WrkTarget(f"HTTP floor {key}", f"{floor_base}/floor/{key}")
@@ -214,9 +177,7 @@ def measure(settings: Settings, dataset: Dataset, base: str, result: ClientsResu
         result.notes += problems
         in_process[key] = floors.InProcessFloor(dataset.db, case, body, dataset.facts.ids)
     try:
-        floors.interleave(
-            settings, [c.target for c in result.cases.values()], list(in_process.values())
-        )
+        settings.interleave([c.target for c in result.cases.values()], list(in_process.values()))
     finally:
         for floor in in_process.values():
             floor.close()
@@ -237,44 +198,17 @@ def measure(settings: Settings, dataset: Dataset, base: str, result: ClientsResu
         )
 
 
-# --------------------------------------------------------------------------- report
-
-
-def summary(result: ClientsResult) -> dict[str, Any]:
-    """For list-results.json."""
-    return {
-        "rows": result.rows,
-        "cursors": result.cursors,
-        "notes": result.notes,
-        "composite_rps": result.composite,
-        "cases": {
-            c.key: {
-                "label": c.label,
-                "reference": c.reference,
-                "ratio": result.ratio(c.key),
-                "wire_ratio": result.wire_ratio(c.key) if c.key in ENCODINGS else None,
-                **(asdict(c.measured) if c.measured else {}),
-            }
-            for c in result.cases.values()
-        },
-    }
-
-
 def _fmt(value: float | None, suffix: str = "x") -> str:
     return "-" if value is None else f"{value:.2f}{suffix}"
 
 
 def _database(result: ClientsResult) -> str:
-    """One database's cases, its composite floors and its targets, as markdown."""
     rows = []
     for case in result.cases.values():
         m = case.measured
         assert m is not None
-        against = (
-            result.cases[case.reference].label
-            if case.reference
-            else ("composite floor" if case.key in result.composite else "")
-        )
+        against = "composite floor" if case.key in result.composite else ""
+        against = result.cases[case.reference].label if case.reference else against
         rows.append(
             [case.label, f"{m.rps:,.0f}", f"{m.p50_ms:.2f}", f"{m.p99_ms:.2f}",
              f"{m.wire_bytes:,.0f}", _fmt(result.ratio(case.key)), against]
@@ -286,73 +220,19 @@ def _database(result: ClientsResult) -> str:
         for what, measured, needs, met in result.targets()
     )
     found = "; ".join(result.notes) if result.notes else "all as expected."
-    return "\n\n".join(
-        [
-            f"### {result.rows:,} applicants ({result.cursors:,} distinct cursor pages)",
-            table(
-                "| case | req/s | p50 ms | p99 ms | wire B/resp | ratio | against |",
-                "|---|---:|---:|---:|---:|---:|---|",
-                rows,
-            ),
-            table(
-                "| target (issue 15) | measured | needs | verdict |", "|---|---:|---:|---|", targets
-            ),
-            text("clients", "encodings", browser=BROWSER, found=found),
-        ]
-    )
+    return "\n\n".join([
+        f"### {result.rows:,} applicants ({result.cursors:,} distinct cursor pages)",
+        table("| case | req/s | p50 ms | p99 ms | wire B/resp | ratio | against |",
+              "|---|---:|---:|---:|---:|---:|---|", rows),
+        table("| target (issue 15) | measured | needs | verdict |", "|---|---:|---:|---|", targets),
+        text("clients", "encodings", browser=BROWSER, found=found),
+    ])  # fmt: skip
 
 
-def markdown(
-    results: list[ClientsResult], settings: Settings, command: str, when: str, commit: str
-) -> str:
+def markdown(results: list[ClientsResult], settings: Settings, command: str, when: str) -> str:
     return section(
         "clients",
         *(_database(result) for result in results),
-        f"![req/s and bytes on the wire of each client case]({CHART_NAME})",
-        when=when,
-        commit=commit,
-        command=command,
-        seconds=settings.seconds,
-        slices=settings.slices,
-        warmup=settings.warmup,
-        limit=LIMIT,
-        offsets=OFFSETS,
-        walk=WALK,
-    )
-
-
-def chart(results: list[ClientsResult], title: str, path: Path) -> None:
-    """req/s of each case (ratio to its reference written beside it) and bytes per response."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    keys = [k for k in results[0].cases if not k.startswith("http_")]
-    labels = [results[0].cases[k].label for k in keys]
-    figure, (left, right) = plt.subplots(1, 2, figsize=(14, 0.45 * len(keys) + 2.5))
-    height = 0.8 / len(results)
-    for index, result in enumerate(results):
-        positions = [p + (index - (len(results) - 1) / 2) * height for p in range(len(keys))]
-        rates = [result.rps(k) for k in keys]
-        left.barh(positions, rates, height, label=f"{result.rows:,} rows")
-        for y, rate, key in zip(positions, rates, keys, strict=True):
-            ratio = result.ratio(key)
-            if ratio is not None:
-                left.text(rate, y, f" {ratio:.2f}x", va="center", fontsize=7)
-        wire = [(result.cases[k].measured.wire_bytes if result.cases[k].measured else 0) / 1024
-                for k in keys]  # fmt: skip
-        right.barh(positions, wire, height, label=f"{result.rows:,} rows")
-    for axis, xlabel in (
-        (left, "req/s (x: ratio to its reference)"),
-        (right, "KiB per response on the wire"),
-    ):
-        axis.set_yticks(range(len(keys)), labels if axis is left else [], fontsize=8)
-        axis.invert_yaxis()
-        axis.set_xlabel(xlabel)
-        axis.grid(axis="x", alpha=0.3)
-        axis.legend(fontsize=8)
-    figure.suptitle(title, fontsize=9)
-    figure.tight_layout()
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
+        when=when, command=command, seconds=settings.seconds, slices=settings.slices,
+        warmup=settings.warmup, limit=LIMIT, offsets=OFFSETS, walk=WALK,
+    )  # fmt: skip

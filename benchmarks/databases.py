@@ -1,11 +1,5 @@
-"""The benchmarks' databases: seeded once, reused while they match the schema and generator.
-
-- `ensure_database`: `benchmarks/work/applicants-N.db`, seeded once with `leasestar seed
-  --count N --seed 0` and reused while it was built from the current schema and generator
-  (every benchmark that takes N rows takes the same file).
-- `create_token`: a bearer token in a database, by `leasestar token create`.
-- `read_only`: a connection set up as the server's own.
-"""
+"""The benchmarks' databases: `WORK/applicants-N.db`, seeded once with `leasestar seed
+--count N --seed 0` and reused while schema and generator match; tokens, copies, readers."""
 
 from __future__ import annotations
 
@@ -18,40 +12,23 @@ import sys
 import time
 from pathlib import Path
 
-from harness import LEASESTAR, ROOT, WORK, say
-from provenance import shown
+from harness import LEASESTAR, say
+from provenance import ROOT, WORK, shown
 
 from leasestar.database import READ_PRAGMAS
 
 
-def read_only_uri(path: Path) -> str:
-    return f"file:{path}?mode=ro"
-
-
 def read_only(path: Path) -> sqlite3.Connection:
-    """A read-only connection set up as the server sets up its own (the in-process floors
-    must not be slower than the server's SQLite for want of its page cache)."""
-    connection = sqlite3.connect(read_only_uri(path), uri=True, check_same_thread=False)
+    """Read-only, set up as the server's (a floor must not lack the server's page cache)."""
+    connection = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False)
     for pragma in READ_PRAGMAS:
         connection.execute(pragma)
     return connection
 
 
-def count_rows(path: Path) -> int:
-    try:
-        with contextlib.closing(read_only(path)) as db:
-            return int(db.execute("SELECT count(*) FROM applicants").fetchone()[0])
-    except sqlite3.Error:
-        return -1
-
-
 def data_fingerprint() -> str:
-    """What a seeded database depends on: the schema, its page size, and what the
-    generator makes.
-
-    The generator's output is hashed rather than its source, so that making it faster
-    without changing a record does not cost a reseed of a million rows.
-    """
+    """The schema, the page size and the generator's output (not its source: a faster
+    generator making the same records costs no reseed of a million rows)."""
     import msgspec
 
     from leasestar.database import PAGE_SIZE
@@ -65,40 +42,33 @@ def data_fingerprint() -> str:
 
 
 def _seeding_elsewhere(partial: Path) -> bool:
-    """Whether a running process (another benchmark's `leasestar seed`) names `partial`."""
-    needle = str(partial).encode()
     for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
         with contextlib.suppress(OSError):
-            if needle in cmdline.read_bytes().split(b"\0"):
+            if str(partial).encode() in cmdline.read_bytes().split(b"\0"):
                 return True
     return False
 
 
 def ensure_database(rows: int, work: Path = WORK) -> Path:
-    """`WORK/applicants-N.db`, seeded with `leasestar seed` unless already right.
-
-    Reused when it holds N rows and was built from the current schema and generator (a
-    sidecar file records their fingerprint); rebuilt otherwise.
-    """
+    """`work/applicants-N.db`, seeded unless it holds N rows of the current fingerprint."""
     work.mkdir(parents=True, exist_ok=True)
     path = work / f"applicants-{rows}.db"
-    stamp = path.with_name(path.name + ".fingerprint")
-    partial = path.with_name(path.name + ".partial")
+    stamp, partial = (path.with_name(path.name + suffix) for suffix in (".fingerprint", ".partial"))
     fingerprint = data_fingerprint()
     while not path.exists() and _seeding_elsewhere(partial):
         say(f"{partial.name} is being seeded by another run; waiting for it")
         time.sleep(15)
     if path.exists():
-        found = count_rows(path)
-        built_from = stamp.read_text().strip() if stamp.exists() else ""
+        found, built_from = -1, stamp.read_text().strip() if stamp.exists() else ""
+        with contextlib.suppress(sqlite3.Error), contextlib.closing(read_only(path)) as db:
+            found = int(db.execute("SELECT count(*) FROM applicants").fetchone()[0])
         if found == rows and built_from == fingerprint:
             say(f"reusing {shown(path)} ({rows:,} applicants)")
             return path
         say(f"{path.name}: {found:,} rows, schema/generator {built_from or '?'}: rebuilding it")
     stamp.unlink(missing_ok=True)
-    for stale in (path, partial):
-        for suffix in ("", "-wal", "-shm"):
-            Path(f"{stale}{suffix}").unlink(missing_ok=True)
+    remove_database(path)
+    remove_database(partial)
     say(f"seeding {rows:,} applicants into {shown(path)} (leasestar seed)")
     started = time.monotonic()
     subprocess.run(
@@ -112,8 +82,31 @@ def ensure_database(rows: int, work: Path = WORK) -> Path:
     return path
 
 
+def remove_database(path: Path) -> None:
+    for suffix in ("", "-wal", "-shm", "-webhooks.lock"):
+        Path(f"{path}{suffix}").unlink(missing_ok=True)
+
+
+def copy_database(source: Path, target: Path) -> Path:
+    remove_database(target)
+    with (
+        contextlib.closing(read_only(source)) as src,
+        contextlib.closing(sqlite3.connect(target)) as dst,
+    ):
+        src.backup(dst)
+    return target
+
+
+def first_ids(db: Path, count: int, file: Path | None = None) -> list[str]:
+    """The first `count` ids of the table (written one a line to `file`, for wrk.lua)."""
+    with contextlib.closing(read_only(db)) as conn:
+        ids = [row[0] for row in conn.execute("SELECT id FROM applicants LIMIT ?", (count,))]
+    if file is not None:
+        file.write_text("\n".join(ids) + "\n")
+    return ids
+
+
 def create_token(db: Path, purpose: str, *integrations: str) -> str:
-    """A new bearer token in `db` (scoped to `integrations` if any given), by the CLI."""
     name = f"bench-{purpose}-{time.strftime('%Y%m%d%H%M%S')}-{os.getpid()}"
     command = [str(LEASESTAR), "token", "create", "--db", str(db), "--name", name]
     for integration in integrations:

@@ -1,21 +1,18 @@
-"""No token can starve the rest (issue 17, point 5): `python benchmarks/fairness.py`.
-
-A light token's latency (list page and get by id in turn, one connection) alone, then
-while a heavy token sends its full allowance of the most expensive request found
-(`HEAVY_PATH`) from a process of its own (so its threads do not slow the light client's
-timing); its requests are drained before the next slice. One server per
-`--token-concurrency` value (`off`: before the cap). Writes the `fairness` section.
-"""
+"""No token can starve the rest (issue 17.5): a light token's latency alone and while a
+heavy token, from a process of its own, sends its allowance of the most expensive request;
+one server per `--token-concurrency`. Method: sections.toml, RESULTS.md."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import http.client
 import multiprocessing
 import random
 import threading
 import time
 import urllib.parse
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from multiprocessing.synchronize import Event
@@ -33,18 +30,14 @@ HEAVY_RATE = 10  # the heavy token's full allowance: 600 a minute
 HEAVY_OUTSTANDING = 32
 DRAIN_SECONDS = 180
 VARIANTS = ("off", "2")  # --token-concurrency: before the cap, and its default
-# The most expensive request found: every record from a random `last_seen` on (half of
-# them on average), as one NDJSON stream ordered by name, gzip-compressed: about 100 MB
-# before compression and a second or more of a core at 100k rows, where a list page of
-# any ordering and filter now takes milliseconds (issue 17, points 1-4).
+# The most expensive request found: every record from a random `last_seen` on, one NDJSON
+# stream by name, gzip: ~100 MB and a second of a core at 100k rows (a list page: ms).
 HEAVY_PATH = "/v1/applicants?order-by=last_name:asc&last_seen_gte="
 HEAVY_HEADERS = {"Accept": "application/x-ndjson", "Accept-Encoding": "gzip"}
 
 
 @dataclass
 class Heavy:
-    """What the heavy token sent in one slice and what it got."""
-
     sent: int = 0
     skipped: int = 0  # due, but HEAVY_OUTSTANDING were outstanding
     statuses: dict[int, int] = field(default_factory=dict)
@@ -55,9 +48,10 @@ def _heavy_request(base: str, path: str, token: str) -> tuple[int, float]:
     split = urllib.parse.urlsplit(base)
     connection = http.client.HTTPConnection(split.hostname or "", split.port, timeout=DRAIN_SECONDS)
     started = time.perf_counter()
-    headers = {"Authorization": f"Bearer {token}", **HEAVY_HEADERS}
     try:
-        connection.request("GET", path, headers=headers)
+        connection.request(
+            "GET", path, headers={"Authorization": f"Bearer {token}", **HEAVY_HEADERS}
+        )
         response = connection.getresponse()
         while response.read(1 << 20):  # read to the end, a MiB at a time, and forget it
             pass
@@ -129,42 +123,33 @@ class Variant:
     heavy: list[Heavy] = field(default_factory=list)
 
     def row(self) -> list[str]:
-        sent = sum(h.sent for h in self.heavy)
-        skipped = sum(h.skipped for h in self.heavy)
-        statuses: dict[int, int] = {}
-        for h in self.heavy:
-            for status, n in h.statuses.items():
-                statuses[status] = statuses.get(status, 0) + n
+        statuses = sum((Counter(h.statuses) for h in self.heavy), Counter[int]())
         served = [ms for h in self.heavy for ms in h.served_ms]
         ratio = percentile(self.loaded, 99) / percentile(self.alone, 99)
+        sent, skipped = sum(h.sent for h in self.heavy), sum(h.skipped for h in self.heavy)
+        phases = (self.alone, self.loaded)
         return [
-            self.concurrency,
-            str(len(self.alone)),
-            *(
-                f"{percentile(values, p):.2f}"
-                for values in (self.alone, self.loaded)
-                for p in (50, 99)
-            ),
-            f"**{ratio:.2f}x** {'✅' if ratio <= 2 else '❌'}",
-            f"{sent:,} ({skipped:,} not sent)",
-            f"{statuses.get(200, 0):,}",
-            f"{statuses.get(429, 0):,}",
+            self.concurrency, str(len(self.alone)),
+            *(f"{percentile(values, p):.2f}" for values in phases for p in (50, 99)),
+            f"**{ratio:.2f}x** {'✅' if ratio <= 2 else '❌'}", f"{sent:,} ({skipped:,} not sent)",
+            f"{statuses[200]:,}", f"{statuses[429]:,}",
             f"{percentile(served, 50) / 1000 if served else 0:.2f}",
-        ]
+        ]  # fmt: skip
 
 
-def measure(variant: Variant, db: Path, rounds: int, seconds: float) -> None:
+def measure(variant: Variant, db: Path, rounds: int, seconds: float, work: Path) -> None:
     light_token = databases.create_token(db, "fair-light")
     heavy_token = databases.create_token(db, "fair-heavy")
-    reader = databases.read_only(db)
-    ids = [row[0] for row in reader.execute("SELECT id FROM applicants LIMIT 2000")]
-    low, high = reader.execute("SELECT min(last_seen), max(last_seen) FROM applicants").fetchone()
+    ids = databases.first_ids(db, 2000)
+    with contextlib.closing(databases.read_only(db)) as reader:
+        sql = "SELECT min(last_seen), max(last_seen) FROM applicants"
+        low, high = reader.execute(sql).fetchone()
     rng = random.Random(17)
     light_paths = [p for i in ids for p in ("/v1/applicants", f"/v1/applicants/{i}")]
     env = {"LEASESTAR_RATE_LIMIT": "600/minute", "LEASESTAR_LOG_FORMAT": "off"}
     env["LEASESTAR_TOKEN_CONCURRENCY"] = variant.concurrency
     spawn = multiprocessing.get_context("spawn")
-    with harness.leasestar_server(f"fairness-{variant.concurrency}", db, env) as server:
+    with harness.leasestar_server(f"fairness-{variant.concurrency}", db, env, work=work) as server:
         light_slice(server.base, light_token, light_paths, 2)  # warm-up
         for number in range(rounds):
             variant.alone += light_slice(server.base, light_token, light_paths, seconds)
@@ -190,7 +175,9 @@ def measure(variant: Variant, db: Path, rounds: int, seconds: float) -> None:
             )
 
 
-def report(variants: list[Variant], rounds: int, seconds: float, load: str, took: float) -> str:
+def report(
+    variants: list[Variant], rows: int, rounds: int, seconds: float, load: str, took: float
+) -> str:
     return provenance.section(
         "fairness",
         provenance.table(
@@ -200,19 +187,10 @@ def report(variants: list[Variant], rounds: int, seconds: float, load: str, took
             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
             (variant.row() for variant in variants),
         ),
-        when=provenance.now(),
-        commit=provenance.git_commit(),
-        rows=ROWS,
-        rounds=rounds,
-        seconds=seconds,
-        minutes=took / 60,
-        machine=provenance.describe_machine(),
-        load_before=load,
-        load_after=provenance.loadavg(),
-        light_rate=LIGHT_RATE,
-        heavy_rate=HEAVY_RATE,
+        rows=rows, rounds=rounds, seconds=seconds, minutes=took / 60, load_before=load,
+        load_after=provenance.loadavg(), light_rate=LIGHT_RATE, heavy_rate=HEAVY_RATE,
         outstanding=HEAVY_OUTSTANDING,
-    )
+    )  # fmt: skip
 
 
 def main() -> int:
@@ -220,20 +198,19 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=4, help="rounds per server (default 4)")
     parser.add_argument("--seconds", type=float, default=20, help="seconds per slice (default 20)")
     parser.add_argument("--quick", action="store_true", help="2 rounds of 8 s: a look")
-    parser.add_argument("--no-write", action="store_true", help="print, leave RESULTS.md as is")
-    args = parser.parse_args()
-    rounds, seconds = (2, 8.0) if args.quick else (args.rounds, args.seconds)
-    harness.raise_priority()
-    db = databases.ensure_database(ROWS)
+    smoke = {"rows": 2_000, "rounds": 1, "seconds": 3.0}
+    args, outputs = provenance.options(parser, smoke, rows=ROWS)
+    if args.quick and not args.smoke:
+        args.rounds, args.seconds = 2, 8.0
+    rows, rounds, seconds = args.rows, args.rounds, args.seconds
+    db = databases.ensure_database(rows, outputs.work)
     load, started = provenance.loadavg(), time.monotonic()
     variants = [Variant(concurrency) for concurrency in VARIANTS]
     with harness.on_core(harness.CLIENT_CORE):
         for variant in variants:
-            measure(variant, db, rounds, seconds)
-    section = report(variants, rounds, seconds, load, time.monotonic() - started)
-    print(section)
-    if not args.no_write:
-        provenance.write_section(section)
+            measure(variant, db, rounds, seconds, outputs.work)
+    section = report(variants, rows, rounds, seconds, load, time.monotonic() - started)
+    provenance.publish(section, outputs.results_md)
     return 0
 
 

@@ -1,11 +1,5 @@
-"""The HTTP floor: a bare Litestar app that answers fixed bodies, nothing else.
-
-Served by uvicorn exactly as `leasestar serve` serves the real app (one worker, same
-loop and HTTP parser, pinned to the same core), it measures what HTTP, ASGI and
-Litestar's routing cost for a response of a given size. `run.py` saves the body of each
-benchmark case to `$BENCH_FLOOR_DIR/<case>.json`; this app serves each file, byte for
-byte, at `GET /floor/<case>`, plus `GET /floor/tiny` (a 2-byte body).
-"""
+"""The HTTP floor: a bare Litestar app served by uvicorn as `leasestar serve` serves the
+real one; `GET /floor/<case>` answers `$BENCH_FLOOR_DIR/<case>.json`, `/floor/tiny` `{}`."""
 
 from __future__ import annotations
 

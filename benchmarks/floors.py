@@ -1,10 +1,5 @@
-"""The floors a case is measured against: the in-process page, and the bare HTTP server.
-
-*In-process floor*: the case's page read and byte assembly with sqlite3 in a loop, no
-HTTP, on the server's core. *HTTP floor*: a bare Litestar app under the same uvicorn
-settings answering the case's exact body (`floor_app.py`). Composite floor =
-1 / (1/HTTP + 1/in-process).
-"""
+"""The floors a case is measured against: its page read and assembled with sqlite3 in a
+loop on the server's core, and the bare HTTP server. Method: sections.toml, RESULTS.md."""
 
 from __future__ import annotations
 
@@ -16,56 +11,26 @@ from pathlib import Path
 from typing import Any
 
 import harness
-from cases import Case, Settings
+from cases import Case
 from databases import read_only
-from harness import BENCH, UVICORN, WrkTarget, on_server_core
+from harness import BENCH, SERVER_CORE, UVICORN, on_core
 
 from leasestar.applicants.bodies import BodyDecoder
 
 
 def floor_server(bodies: Path, work: Path) -> contextlib.AbstractContextManager[harness.Server]:
-    """The HTTP floor: a bare Litestar app answering each case's exact body (`floor_app.py`)."""
     # `leasestar serve` runs uvicorn.run(factory=True, workers=1, log_level="info",
     # access_log=False) with uvicorn's default loop and HTTP parser: the same here.
-    command = [
-        str(UVICORN),
-        "floor_app:create_floor_app",
-        "--factory",
-        "--app-dir",
-        str(BENCH),
-        "--host",
-        "127.0.0.1",
-        "--port",
-        "{port}",
-        "--workers",
-        "1",
-        "--log-level",
-        "info",
-        "--no-access-log",
-    ]
-    return harness.server(
-        "floor", command, "/floor/tiny", {"BENCH_FLOOR_DIR": str(bodies)}, work=work
-    )
-
-
-def split_meta(body: bytes) -> bytes:
-    """The meta object of a response body (the floor splices it exactly as served)."""
-    return body[len(b'{"meta":') : body.index(b',"results":')]
+    command = [str(UVICORN), "floor_app:create_floor_app", "--factory", "--app-dir", str(BENCH)]
+    command += ["--host", "127.0.0.1", "--port", "{port}", "--workers", "1"]
+    command += ["--log-level", "info", "--no-access-log"]
+    env = {"BENCH_FLOOR_DIR": str(bodies)}
+    return harness.server("floor", command, "/floor/tiny", env, work=work)
 
 
 class InProcessFloor:
-    """The case's page read and byte assembly with sqlite3 in a loop: pages per second.
-
-    The floor is the fastest way found to produce the served bytes, so every variant's
-    bytes must equal the served body. Plans: the plain statement (SQLite's planner
-    chooses the index); for a filtered case, the ordering's index walked with the filter
-    applied row by row (`+column` keeps the filter off its index); and, for a filter or
-    an offset on the default order, a keyset seek to the page's first row, whose sort key
-    is looked up once beforehand (as a cache of such anchors would). Assembly: rows
-    joined in Python or SQLite's `group_concat`, from the stored bytes (`CAST(... AS
-    BLOB)`), each body decompressed (`leasestar.applicants.bodies`). The best plan is picked
-    first, then the best assembly.
-    """
+    """Pages per second of the fastest way found to make the served bytes (each variant's
+    must equal them): the best of the plans first, then of the assemblies."""
 
     def __init__(self, db: Path, case: Case, body: bytes, ids: list[str]) -> None:
         self.name = f"in-process {case.key}"
@@ -75,33 +40,32 @@ class InProcessFloor:
         self._bodies = BodyDecoder.of(self._conn)
         self._ids = ids
         self._picks: Iterator[str] = iter(())
-        meta = split_meta(body)
+        # The meta object of the served body, spliced exactly as served.
+        head = b'{"meta":' + body[len(b'{"meta":') : body.index(b',"results":')] + b',"results":'
         if case.by_id:
-            variants = self._by_id_variants(b'{"meta":' + meta + b',"results":')
+            variants = self._by_id_variants(head)
         else:
-            head, tail = b'{"meta":' + meta + b',"results":[', b"]}"
             plans = self._plans(case)
-            with on_server_core():
+            with on_core(SERVER_CORE):
                 plan_rates = {
-                    name: self._trial(
-                        self._assemblies(head, tail, *plan)["group_concat, blob"], body
-                    )
+                    name: self._trial(self._assemblies(head, *plan)["group_concat, blob"], body)
                     for name, plan in plans.items()
                 }
             best_plan = max(plan_rates, key=plan_rates.__getitem__)
             variants = {
                 f"{best_plan}; {name}": produce
-                for name, produce in self._assemblies(head, tail, *plans[best_plan]).items()
+                for name, produce in self._assemblies(head, *plans[best_plan]).items()
             }
-        with on_server_core():
+        with on_core(SERVER_CORE):
             trials = {name: self._trial(produce, body) for name, produce in variants.items()}
         self.variant = max(trials, key=trials.__getitem__)
         self._produce = variants[self.variant]
-        self.calls = 0
-        self.elapsed = 0.0
+        self.calls, self.elapsed = 0, 0.0
 
     def _plans(self, case: Case) -> dict[str, tuple[str, tuple[Any, ...]]]:
-        """Plan name -> (page SQL selecting {column}, its parameters)."""
+        """Name -> (page SQL selecting {column}, parameters): the plain statement; for a
+        filter, the order's index walked (`+column` keeps the filter off its index); for a
+        filter or offset on the default order, a keyset seek to the page's first row."""
         tail = f"ORDER BY {case.order} LIMIT ? OFFSET ?"
         filters = {"": case.where}
         if case.where:
@@ -131,41 +95,37 @@ class InProcessFloor:
         return plans
 
     def _assemblies(
-        self, head: bytes, tail: bytes, template: str, params: tuple[Any, ...]
+        self, head: bytes, template: str, params: tuple[Any, ...]
     ) -> dict[str, Callable[[], bytes]]:
-        conn = self._conn
-        bodies = self._bodies
+        conn, bodies = self._conn, self._bodies
         blob_rows = template.format(column="CAST(body AS BLOB) AS body")
         concat = (
             "SELECT CAST(coalesce(group_concat(body, ''), '') AS BLOB), "
             f"coalesce(group_concat(length(CAST(body AS BLOB))), '') FROM ({blob_rows})"
         )
 
+        head += b"["
+
         def rows_blob() -> bytes:
-            decode = bodies.decode
-            rows = [decode(row[0]) for row in conn.execute(blob_rows, params)]
-            return b"".join((head, b",".join(rows), tail))
+            rows = [bodies.decode(row[0]) for row in conn.execute(blob_rows, params)]
+            return b"".join((head, b",".join(rows), b"]}"))
 
         def concat_blob() -> bytes:
             stored, lengths = conn.execute(concat, params).fetchone()
-            return b"".join((head, bodies.decode_joined(stored, lengths), tail))
+            return b"".join((head, bodies.decode_joined(stored, lengths), b"]}"))
 
         return {"rows+join, blob": rows_blob, "group_concat, blob": concat_blob}
 
     def _by_id_variants(self, head: bytes) -> dict[str, Callable[[], bytes]]:
-        conn = self._conn
-        decode = self._bodies.decode
-
         def by_id_blob() -> bytes:
-            (blob,) = conn.execute(
+            (blob,) = self._conn.execute(
                 "SELECT CAST(body AS BLOB) FROM applicants WHERE id = ?", (self._next_id(),)
             ).fetchone()
-            return b"".join((head, decode(blob), b"}"))
+            return b"".join((head, self._bodies.decode(blob), b"}"))
 
         return {"row, blob": by_id_blob}
 
     def _trial(self, produce: Callable[[], bytes], body: bytes) -> float:
-        """A short timing of one variant, after checking it makes the served bytes."""
         self._picks = iter(())  # by id: the first id is the one whose body was served
         if produce() != body:
             raise RuntimeError(f"{self.name}: a floor variant differs from the served body")
@@ -180,7 +140,7 @@ class InProcessFloor:
             return next(self._picks)
 
     def run(self, seconds: float) -> None:
-        with on_server_core():
+        with on_core(SERVER_CORE):
             calls, elapsed = loop(self._produce, seconds)
         self.calls += calls
         self.elapsed += elapsed
@@ -204,30 +164,3 @@ def loop(produce: Callable[[], bytes], seconds: float) -> tuple[int, float]:
         now = time.perf_counter()
         if now >= deadline:
             return calls, now - start
-
-
-SETTLE_SECONDS = 0.5
-
-
-def interleave(
-    settings: Settings, wrk_targets: list[WrkTarget], in_process: list[InProcessFloor]
-) -> None:
-    """Warm every target up, then measure them (and the in-process floors) in turns, slice
-    by slice, so that background load hits them alike.
-
-    Each slice starts `SETTLE_SECONDS` after the one before ended: wrk stops with 16
-    requests in flight, which the server still answers, and a list page compressed with
-    zstd takes up to 0.3 s at p99. Without the pause, a cheap case after an expensive one
-    (get by id after the compressed walks) shared its first tenth of a second with them.
-    """
-    for target in wrk_targets:
-        target.run(settings.warmup, keep=False)
-    for round_number in range(settings.slices):
-        # Every other round in the reverse order: a case does not always follow the same
-        # one (get by id after the zstd walk read 0.15-0.3 below the list section's).
-        ordered = wrk_targets if round_number % 2 == 0 else wrk_targets[::-1]
-        for target in ordered:
-            time.sleep(SETTLE_SECONDS)
-            target.run(settings.slice_seconds)
-        for floor in in_process:
-            floor.run(settings.inprocess_seconds / settings.slices)

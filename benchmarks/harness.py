@@ -1,14 +1,5 @@
-"""The measuring harness the benchmarks share: servers, pinning, wrk, slices.
-
-- `leasestar_server` / `server`: a server started pinned to a core (taskset) on a free
-  port, waited for until its health route answers 200, stopped with a signal.
-- `ensure_wrk`, `run_wrk`, `WrkTarget`: wrk, installed if missing, pinned to the client
-  core, its summary line parsed; a target's slices merged into one `Measured`.
-
-Databases are `databases.py`'s; what a report records about the run, `provenance.py`'s.
-Every path that a run writes to takes a `work` directory (default `benchmarks/work/`),
-so that a development run can go to a temporary directory instead.
-"""
+"""The measuring harness every benchmark uses: servers pinned to one core, wrk to the
+other, slices taken in turns (method: sections.toml, RESULTS.md)."""
 
 from __future__ import annotations
 
@@ -17,23 +8,24 @@ import http.client
 import json
 import os
 import re
+import resource
 import shutil
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-BENCH = Path(__file__).resolve().parent
-ROOT = BENCH.parent
-WORK = BENCH / "work"
+from provenance import BENCH, ROOT, WORK, say
+
 BIN = Path(sys.executable).parent
 LEASESTAR = BIN / "leasestar"
 UVICORN = BIN / "uvicorn"
@@ -45,27 +37,6 @@ SERVER_CORE, CLIENT_CORE = "0", "1"
 # into a test of the limiter (it answers 429 after a few hundred requests). LEASESTAR_*
 # variables of the calling shell are not passed on, so a run measures the defaults.
 SERVER_ENV = {"LEASESTAR_RATE_LIMIT": "off"}
-NICE = -10
-
-_NAMES = {"run": "bench"}
-
-
-def say(message: str) -> None:
-    """A progress line on stderr, named after the script that runs."""
-    stem = Path(sys.argv[0]).stem
-    name = _NAMES.get(stem, stem)
-    print(f"[{name} {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
-
-
-def raise_priority() -> int:
-    """Run (and start every server and wrk) at nice -10 where allowed: on a machine shared
-    with other work, that keeps the measured processes from losing their cores to it."""
-    with contextlib.suppress(OSError, AttributeError):
-        os.setpriority(os.PRIO_PROCESS, 0, NICE)
-    return os.getpriority(os.PRIO_PROCESS, 0)
-
-
-# --------------------------------------------------------------------------- cores, wrk
 
 
 def pinned(core: str | None) -> list[str]:
@@ -77,7 +48,6 @@ def pinned(core: str | None) -> list[str]:
 
 @contextlib.contextmanager
 def on_core(core: str) -> Iterator[None]:
-    """Run this process on `core` (where pinning is possible), then restore."""
     if not hasattr(os, "sched_setaffinity") or not pinned(core):
         yield
         return
@@ -89,33 +59,8 @@ def on_core(core: str) -> Iterator[None]:
         os.sched_setaffinity(0, before)
 
 
-def on_server_core() -> contextlib.AbstractContextManager[None]:
-    """Run this process on the server's core (for in-process timings), then restore."""
-    return on_core(SERVER_CORE)
-
-
-def ensure_wrk() -> str:
-    """wrk's path; installed from Debian's package when missing and allowed, else exit."""
-    found = shutil.which("wrk")
-    if found:
-        return found
-    if shutil.which("apt-get") and os.geteuid() == 0:
-        say("wrk is missing: apt-get update && apt-get install -y wrk")
-        subprocess.run(["apt-get", "update", "-qq"], check=False)
-        subprocess.run(["apt-get", "install", "-y", "-qq", "wrk"], check=False)
-        found = shutil.which("wrk")
-        if found:
-            return found
-    sys.exit(
-        "wrk is required. On Debian or Ubuntu: sudo apt-get install -y wrk; "
-        "on macOS: brew install wrk; elsewhere build it from its source."
-    )
-
-
 @dataclass
 class Measured:
-    """The merged slices of one wrk target."""
-
     rps: float
     p50_ms: float
     p90_ms: float
@@ -140,22 +85,11 @@ def run_wrk(
     marker: str = "WRK_JSON",
 ) -> dict[str, Any]:
     """One wrk run, pinned to `core`; the JSON its script prints after `marker`."""
-    command = [
-        *pinned(core),
-        "wrk",
-        f"-t{threads}",
-        f"-c{connections}",
-        f"-d{seconds}s",
-        "--timeout",
-        timeout,
-        "-s",
-        str(script),
-    ]
+    command = [*pinned(core), "wrk", f"-t{threads}", f"-c{connections}", f"-d{seconds}s"]
+    command += ["--timeout", timeout, "-s", str(script)]
     for header in (*headers, *([f"Authorization: Bearer {token}"] if token else [])):
         command += ["-H", header]
-    command.append(url)
-    if script_args:
-        command += ["--", *script_args]
+    command += [url, *(["--", *script_args] if script_args else [])]
     out = subprocess.run(command, check=True, capture_output=True, text=True).stdout
     match = re.search(rf"^{marker} (\{{.*\}})$", out, re.MULTILINE)
     if match is None:
@@ -173,6 +107,8 @@ class WrkTarget:
     ids_file: Path | None = None  # each request swaps the URL's last segment for one of these
     paths_file: Path | None = None  # each request is a random line of this (path and query)
     headers: tuple[str, ...] = ()
+    pid: int | None = None  # a server whose CPU time over the kept slices is added up
+    cpu: float = 0.0
     slices: list[dict[str, Any]] = field(default_factory=list)
 
     def run(self, seconds: int, keep: bool = True) -> None:
@@ -182,16 +118,21 @@ class WrkTarget:
         elif self.ids_file is not None:
             prefix = urllib.parse.urlsplit(self.url).path.rsplit("/", 1)[0] + "/"
             script_args = (prefix, str(self.ids_file))
+        cpu = cpu_seconds(self.pid) if self.pid else 0.0
         raw = run_wrk(
             self.url, seconds, token=self.token, headers=self.headers, script_args=script_args
         )
         if keep:
             self.slices.append(raw)
+            self.cpu += cpu_seconds(self.pid) - cpu if self.pid else 0.0
 
     def per_slice(self, percentile: float) -> list[float]:
         """Each slice's latency at `percentile` (a multiple of 0.5), in ms."""
         index = round(percentile * 2) - 1  # wrk.lua prints the percentiles 0.5, 1, ... 100
         return [s["percentiles"][index] / 1000 for s in self.slices]
+
+    def cpu_us_per_request(self) -> float:
+        return self.cpu / max(self.measured().requests, 1) * 1e6
 
     def measured(self) -> Measured:
         requests = sum(s["requests"] for s in self.slices)
@@ -217,22 +158,58 @@ class WrkTarget:
                     return float(value) / 1000
             return float(points[-1][0]) / 1000 if points else 0.0
 
-        return Measured(
-            rps=requests / duration if duration else 0.0,
-            p50_ms=quantile(0.5),
-            p90_ms=quantile(0.9),
-            p99_ms=quantile(0.99),
-            wire_bytes=sum(s["bytes"] for s in self.slices) / max(requests, 1),
-            requests=requests,
-            errors=errors,
-        )
+        rps, wire = requests / duration if duration else 0.0, sum(s["bytes"] for s in self.slices)
+        quantiles = (quantile(0.5), quantile(0.9), quantile(0.99))
+        return Measured(rps, *quantiles, wire / max(requests, 1), requests, errors)
 
 
-# --------------------------------------------------------------------------- servers
+def interleave(
+    targets: Sequence[WrkTarget],
+    slices: int,
+    seconds: int,
+    warmup: int = 0,
+    *,
+    order: Literal["reverse", "rotate", "same"] = "reverse",
+    start: int = 0,
+    settle: float = 0.0,
+    after_round: Callable[[int], None] | None = None,
+) -> None:
+    """Warm-up, then the targets in turns, slice by slice, so that background load hits
+    them alike: every other round reversed, or rotated from `start`, or the same order;
+    `settle` seconds before each slice, `after_round(number)` after each round."""
+    targets = list(targets)
+    for target in targets if warmup else ():
+        target.run(warmup, keep=False)
+    for number in range(slices):
+        turn = (start + number) % len(targets) if order == "rotate" else 0
+        ordered = targets[turn:] + targets[:turn]
+        if order == "reverse" and number % 2:
+            ordered.reverse()
+        for target in ordered:
+            time.sleep(settle)
+            target.run(seconds)
+        if after_round is not None:
+            after_round(number)
+
+
+def wait_until(
+    check: Callable[[], object], seconds: float, failure: str, every: float = 0.2
+) -> None:
+    """Call `check` every `every` seconds until it is true; past `seconds`, fail the run."""
+    deadline = time.monotonic() + seconds
+    while not check():
+        if time.monotonic() > deadline:
+            raise RuntimeError(failure)
+        time.sleep(every)
+
+
+def percentile(values: list[float], fraction: float) -> float:
+    """The value at `fraction` of the sorted values, by the nearest index."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(fraction * (len(ordered) - 1)))]
 
 
 def rss_kib(pid: int) -> int:
-    """The process's resident set, in KiB."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
             return int(line.split()[1])
@@ -240,9 +217,7 @@ def rss_kib(pid: int) -> int:
 
 
 def serving_pid(pid: int) -> int:
-    """The process that serves: `pid` itself, or the one worker `leasestar serve --workers
-    1` forks and only waits for (leasestar/supervision.py), whose memory and CPU are the
-    server's."""
+    """`pid`, or the one worker it forked and waits for (leasestar/supervision.py)."""
     forked = []
     for stat in Path("/proc").glob("[0-9]*/stat"):
         with contextlib.suppress(OSError):  # (a process that ended meanwhile)
@@ -251,10 +226,41 @@ def serving_pid(pid: int) -> int:
     return forked[0] if len(forked) == 1 else pid
 
 
+@contextlib.contextmanager
+def in_background(work: Callable[[threading.Event], None]) -> Iterator[None]:
+    """`work(stop)` in a thread while the block runs; `stop` is set at its end."""
+    stop = threading.Event()
+    thread = threading.Thread(target=work, args=(stop,), daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+
+
+@contextlib.contextmanager
+def rss_samples(pid: int, every: float, at_once: bool = False) -> Iterator[list[int]]:
+    """The process's RSS (KiB) every `every` seconds while the block runs (and at once)."""
+    samples: list[int] = [rss_kib(pid)] if at_once else []
+
+    def sample(stop: threading.Event) -> None:
+        while not stop.wait(every):
+            samples.append(rss_kib(pid))
+
+    with in_background(sample):
+        yield samples
+
+
 def cpu_seconds(pid: int) -> float:
-    """The process's CPU time so far, every thread's (utime + stime)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def children_cpu() -> float:
+    """The CPU time of this process's ended children (theirs and their children's)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def free_port() -> int:
@@ -275,9 +281,8 @@ def http_get(url: str, token: str | None = None, timeout: float = 60) -> tuple[i
 
 
 class KeepAlive:
-    """One keep-alive HTTP/1.1 connection, as a sequential client holds it: each `get` is
-    timed from sending the request to the last byte of the body (http.client, the
-    lightest client at hand, so the client's own cost stays out of the latency)."""
+    """One keep-alive connection; each `get` timed from request to the body's last byte
+    (http.client: the lightest client at hand, its own cost out of the latency)."""
 
     def __init__(self, base: str, timeout: float = 120) -> None:
         split = urllib.parse.urlsplit(base)
@@ -303,8 +308,6 @@ class KeepAlive:
 
 @dataclass
 class Server:
-    """A running server: its base URL and pid; `returncode` once it is stopped."""
-
     name: str
     base: str
     pid: int
@@ -321,14 +324,11 @@ def server(
     core: str | None = SERVER_CORE,
     work: Path = WORK,
     stop: signal.Signals = signal.SIGINT,
+    wait: float = 120,
 ) -> Iterator[Server]:
-    """Start a server pinned to `core` on a free port (`{port}` in `command`), wait for
-    `health` to answer 200, and stop it with `stop` on the way out.
-
-    taskset execs the server, so the pid is the server's own (or its one worker's:
-    `serving_pid`). Its output goes to
-    `WORK/server-NAME.log` (the last run's, for a failed start).
-    """
+    """A server pinned to `core` on a free port (`{port}` in `command`), once `health`
+    answers 200; its pid the server's own (taskset execs it), its output in
+    `work/server-NAME.log`."""
     port = free_port()
     full = [*pinned(core), *(part.replace("{port}", str(port)) for part in command)]
     inherited = {k: v for k, v in os.environ.items() if not k.startswith("LEASESTAR_")}
@@ -339,19 +339,16 @@ def server(
             full, cwd=ROOT, env={**inherited, **(env or {})}, stdout=log, stderr=log
         )
         running = Server(name, f"http://127.0.0.1:{port}", process.pid)
+
+        def answers() -> bool:
+            if process.poll() is not None:
+                raise RuntimeError(f"{name} exited ({process.returncode}); see {log_path}")
+            with contextlib.suppress(OSError):
+                return http_get(running.base + health, timeout=2)[0] == 200
+            return False
+
         try:
-            deadline = time.monotonic() + 120
-            while True:
-                if process.poll() is not None:
-                    raise RuntimeError(
-                        f"{name} server exited ({process.returncode}); see {log_path}"
-                    )
-                with contextlib.suppress(OSError):
-                    if http_get(running.base + health, timeout=2)[0] == 200:
-                        break
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"{name} server did not answer within 120 s; see {log_path}")
-                time.sleep(0.2)
+            wait_until(answers, wait, f"{name} did not answer in {wait:.0f} s; see {log_path}")
             running.pid = serving_pid(process.pid)
             yield running
         finally:
@@ -370,18 +367,8 @@ def leasestar_server(
     env: dict[str, str] | None = None,
     *,
     args: Sequence[str] = (),
-    core: str | None = SERVER_CORE,
-    work: Path = WORK,
-    stop: signal.Signals = signal.SIGINT,
+    **options: Any,
 ) -> contextlib.AbstractContextManager[Server]:
-    """`leasestar serve` (uvicorn, one worker, `SERVER_ENV` over its defaults) on `db`."""
+    """`leasestar serve` on `db`, `SERVER_ENV` over its defaults."""
     command = [str(LEASESTAR), "serve", "--db", str(db), "--host", "127.0.0.1", "--port", "{port}"]
-    return server(
-        name,
-        [*command, *args],
-        "/health",
-        {**SERVER_ENV, **(env or {})},
-        core=core,
-        work=work,
-        stop=stop,
-    )
+    return server(name, [*command, *args], "/health", {**SERVER_ENV, **(env or {})}, **options)

@@ -1,13 +1,5 @@
-"""The query matrix (issue 17): every ordering against every kind of filter, values drawn
-at random per request so that no cache answers; p50 and p99 of each combination.
-
-Requests are generated up front from a fixed seed, in rounds that ask every combination
-once in a shuffled order (background load falls on all alike), sent one at a time on one
-keep-alive connection and timed to the last byte. A combination slower than `SLOW_MS`
-after the first rounds is asked no more, so a slow build cannot stretch the run for
-hours. Method in full: the matrix section of RESULTS.md (`sections.toml`). On its own:
-`.venv/bin/python benchmarks/matrix.py [--rows N ...] [--quick] [--results FILE]`.
-"""
+"""The query matrix (issue 17): every ordering against every kind of filter, values random
+per request; p50/p99 per combination. Method: sections.toml, RESULTS.md."""
 
 from __future__ import annotations
 
@@ -24,26 +16,18 @@ from pathlib import Path
 from typing import Any
 
 import databases
+import harness
+import provenance
 from cases import iso
-from harness import CLIENT_CORE, KeepAlive, leasestar_server, on_core, raise_priority, say
+from harness import CLIENT_CORE, SERVER_CORE, KeepAlive, on_core, say
+from provenance import section, table, text
 
 from leasestar.client.records import SORTABLE_FIELDS
 
-MULTI_KEY = (
-    "last_name:asc,first_name:asc",
-    "property_id:asc,created_at:desc",
-    "state:asc,city:asc,zip:asc",
-    "integration_vendor:desc,last_seen:desc",
-)
-KINDS = (
-    "no filter",
-    "date bound",
-    "date window",
-    "equality",
-    "equality + date bound",
-    "scope 1 + date bound",
-    "scope 2 + date bound",
-)
+MULTI_KEY = ("last_name:asc,first_name:asc", "property_id:asc,created_at:desc",
+             "state:asc,city:asc,zip:asc", "integration_vendor:desc,last_seen:desc")  # fmt: skip
+KINDS = ("no filter", "date bound", "date window", "equality", "equality + date bound",
+         "scope 1 + date bound", "scope 2 + date bound")  # fmt: skip
 DATE_COLUMNS = ("updated_at", "last_seen")
 EQUALITY_COLUMNS = ("property_id", "x_property_id", "integration_id", "integration_vendor")
 SCOPE_TOKENS = 4  # tokens of each scope size, one drawn per request
@@ -83,16 +67,11 @@ class Request:
     scope: tuple[str, ...] = ()  # the token's integrations; () for the unscoped token
 
     def shown(self) -> str:
-        """The request as the report names it: its path, and its token's scope."""
-        return f"`{self.path}`" + (
-            f" (token scoped to {', '.join(self.scope)})" if self.scope else ""
-        )
+        return f"`{self.path}`" + (f" (token scoped to {', '.join(self.scope)})" * bool(self.scope))
 
 
 @dataclass
 class Domain:
-    """What the random values are drawn from, and the tokens, of one database."""
-
     rows: int
     ranges: dict[str, tuple[int, int]]  # date column -> (min, max) microseconds
     values: dict[str, list[str]]  # equality column -> its distinct values
@@ -103,19 +82,14 @@ class Domain:
 def prepare(db: Path, rows: int) -> Domain:
     """The database's value ranges, and the tokens (created before its server starts)."""
     with contextlib.closing(databases.read_only(db)) as conn:
-        ranges: dict[str, tuple[int, int]] = {}
-        for column in DATE_COLUMNS:
-            low, high = conn.execute(
-                f"SELECT min({column}), max({column}) FROM applicants"
-            ).fetchone()
-            ranges[column] = (int(low), int(high))
-        values = {
-            column: [
-                row[0]
-                for row in conn.execute(f"SELECT DISTINCT {column} FROM applicants ORDER BY 1")
-            ]
-            for column in EQUALITY_COLUMNS
+        ranges = {
+            c: tuple(
+                map(int, conn.execute(f"SELECT min({c}), max({c}) FROM applicants").fetchone())
+            )
+            for c in DATE_COLUMNS
         }
+        sql = "SELECT DISTINCT {} FROM applicants ORDER BY 1"
+        values = {c: [row[0] for row in conn.execute(sql.format(c))] for c in EQUALITY_COLUMNS}
     chooser = random.Random(SEED)
     integrations = values["integration_id"]
     tokens: dict[int, list[tuple[tuple[str, ...], str]]] = {1: [], 2: []}
@@ -129,45 +103,26 @@ def prepare(db: Path, rows: int) -> Domain:
     return Domain(rows, ranges, values, tokens, unscoped)
 
 
-def _date_bound(rng: random.Random, domain: Domain) -> dict[str, tuple[str, int]]:
-    column = rng.choice(DATE_COLUMNS)
-    low, high = domain.ranges[column]
-    side = rng.choice(("gte", "lte"))
-    return {
-        f"{column}_{side}": (
-            f"{column} {'>=' if side == 'gte' else '<='} ?",
-            rng.randint(low, high),
-        )
-    }
-
-
-def _date_window(rng: random.Random, domain: Domain) -> dict[str, tuple[str, int]]:
-    column = rng.choice(DATE_COLUMNS)
-    low, high = domain.ranges[column]
-    width = int((high - low) * rng.uniform(0.01, 0.3))
-    start = rng.randint(low, high - width)
-    return {
-        f"{column}_gte": (f"{column} >= ?", start),
-        f"{column}_lte": (f"{column} <= ?", start + width),
-    }
-
-
-def _equality(rng: random.Random, domain: Domain) -> dict[str, tuple[str, str]]:
-    column = rng.choice(EQUALITY_COLUMNS)
-    return {column: (f"{column} = ?", rng.choice(domain.values[column]))}
-
-
 def draw(rng: random.Random, domain: Domain, ordering: str, kind: str) -> Request:
-    """One request of a combination, its values drawn from `rng`."""
+    """One request of a combination (values drawn in a fixed order: a seed, the same requests)."""
     params: dict[str, tuple[str, Any]] = {}
-    token = domain.unscoped
-    scope: tuple[str, ...] = ()
+    token, scope = domain.unscoped, ()
     if kind in ("date bound", "equality + date bound") or kind.startswith("scope"):
-        params.update(_date_bound(rng, domain))
+        column = rng.choice(DATE_COLUMNS)
+        low, high = domain.ranges[column]
+        side = rng.choice(("gte", "lte"))
+        sql = f"{column} {'>=' if side == 'gte' else '<='} ?"
+        params[f"{column}_{side}"] = (sql, rng.randint(low, high))
     if kind == "date window":
-        params.update(_date_window(rng, domain))
+        column = rng.choice(DATE_COLUMNS)
+        low, high = domain.ranges[column]
+        width = int((high - low) * rng.uniform(0.01, 0.3))
+        start = rng.randint(low, high - width)
+        params[f"{column}_gte"] = (f"{column} >= ?", start)
+        params[f"{column}_lte"] = (f"{column} <= ?", start + width)
     if kind.startswith("equality"):
-        params.update(_equality(rng, domain))
+        column = rng.choice(EQUALITY_COLUMNS)
+        params[column] = (f"{column} = ?", rng.choice(domain.values[column]))
     if kind.startswith("scope"):
         scope, token = rng.choice(domain.tokens[int(kind.split()[1])])
     query = {"order-by": ordering}
@@ -194,8 +149,7 @@ def rounds_of(domain: Domain, settings: MatrixSettings) -> list[list[Request]]:
 
 
 def nearest_rank(ordered: list[float], percentile: float) -> float:
-    """The percentile of sorted values by nearest rank: with fewer than 100, p99 is the
-    largest (NaN when there are none)."""
+    """By nearest rank: with fewer than 100 values p99 is the largest (none: NaN)."""
     if not ordered:
         return float("nan")
     return ordered[max(0, math.ceil(percentile / 100 * len(ordered)) - 1)]
@@ -203,7 +157,7 @@ def nearest_rank(ordered: list[float], percentile: float) -> float:
 
 @dataclass
 class Sample:
-    request: Request
+    request: Request = field(repr=False)
     ms: float
     status: int
     total: int | None
@@ -213,7 +167,7 @@ class Sample:
 class Combination:
     ordering: str
     kind: str
-    samples: list[Sample] = field(default_factory=list)
+    samples: list[Sample] = field(default_factory=list, repr=False)
 
     @property
     def latencies(self) -> list[float]:
@@ -238,47 +192,22 @@ class MatrixResult:
     dropped: int  # combinations asked no more after the first rounds
     first_seconds: float  # the server's first list request: its columnar copy's first read
 
-    def all_latencies(self) -> list[float]:
-        return sorted(ms for c in self.combinations for ms in c.latencies)
-
     @property
     def p99_all(self) -> float:
-        return nearest_rank(self.all_latencies(), 99)
+        return nearest_rank(sorted(ms for c in self.combinations for ms in c.latencies), 99)
 
     @property
     def worst(self) -> Combination:
         return max(self.combinations, key=lambda c: (c.p50, c.p99))
 
-    def summary(self) -> dict[str, Any]:
-        """For list-results.json: every combination's figures."""
-        return {
-            "rows": self.rows,
-            "seconds": self.seconds,
-            "p99_all_ms": self.p99_all,
-            "checked_totals": self.checked,
-            "problems": self.problems,
-            "combinations": [
-                {
-                    "order_by": c.ordering,
-                    "kind": c.kind,
-                    "requests": len(c.samples),
-                    "p50_ms": c.p50,
-                    "p99_ms": c.p99,
-                }
-                for c in self.combinations
-            ],
-        }
-
 
 def _total(body: bytes) -> int | None:
-    """meta.total, read from the meta object alone (the body is not parsed whole)."""
     with contextlib.suppress(ValueError, KeyError, TypeError):
         return int(json.loads(body[len(b'{"meta":') : body.index(b',"results":')])["total"])
     return None
 
 
 def measure(base: str, db: Path, domain: Domain, settings: MatrixSettings) -> MatrixResult:
-    """Drive every round over one connection, then check a sample of totals."""
     rounds = rounds_of(domain, settings)
     combinations = {(o, k): Combination(o, k) for o in settings.orderings for k in KINDS}
     say(
@@ -290,15 +219,14 @@ def measure(base: str, db: Path, domain: Domain, settings: MatrixSettings) -> Ma
     client = KeepAlive(base)
     try:
         with on_core(CLIENT_CORE):
-            # A server's first request with a broad filter waits for its columnar copy's
-            # first read (seconds at 1,000,000 rows, once per start): timed on its own,
-            # so that the matrix measures the server as it runs, not as it starts.
+            # A server's first broad filter waits for its columnar copy's first read (seconds
+            # at 1M rows, once per start): timed apart, the matrix measures it running.
             first_started = time.monotonic()
             status, _, body, _ = client.get(FIRST_REQUEST, rounds[0][0].token)
-            first_seconds = time.monotonic() - first_started
+            first = time.monotonic() - first_started
             if status != 200:
                 problems.append(f"{FIRST_REQUEST}: HTTP {status}: {body[:200]!r}")
-            say(f"  the first request (the columnar copy's first read): {first_seconds:.1f} s")
+            say(f"  the first request (the columnar copy's first read): {first:.1f} s")
             started = time.monotonic()
             for index, round_ in enumerate(rounds):
                 if index >= settings.min_rounds:
@@ -321,16 +249,9 @@ def measure(base: str, db: Path, domain: Domain, settings: MatrixSettings) -> Ma
     finally:
         client.close()
     seconds = time.monotonic() - started
-    checked = check_totals(db, list(combinations.values()), settings.checks, problems)
-    result = MatrixResult(
-        domain.rows,
-        list(combinations.values()),
-        problems,
-        checked,
-        seconds,
-        len(dropped),
-        first_seconds,
-    )
+    found = list(combinations.values())
+    checked = check_totals(db, found, settings.checks, problems)
+    result = MatrixResult(domain.rows, found, problems, checked, seconds, len(dropped), first)
     worst = result.worst
     say(
         f"{domain.rows:,} rows: matrix took {seconds:.0f} s; worst {worst.ordering} | "
@@ -359,36 +280,64 @@ def check_totals(db: Path, combinations: list[Combination], count: int, problems
     return len(sample)
 
 
-def main() -> None:
-    import matrix_report
-    import provenance
+def _cell(c: Combination) -> str:
+    if not c.latencies:
+        return "-"
+    text = f"{c.p50:.1f} / {c.p99:.1f}"
+    return f"**{text}**" if c.p50 > TARGET_P50_MS else text
 
-    parser = argparse.ArgumentParser(description="the query matrix (issue 17), one database")
-    parser.add_argument(
-        "--rows",
-        type=int,
-        nargs="+",
-        default=[100_000],
-        help="seeded applicants; several sizes make one section with a table each",
+
+def _database(result: MatrixResult) -> str:
+    worst = result.worst
+    requests = [len(c.samples) for c in result.combinations]
+    problems = "all exact."
+    if result.problems:
+        problems = f"{len(result.problems)} problems: " + "; ".join(result.problems[:5])
+    over = sum(1 for c in result.combinations if c.latencies and c.p50 > TARGET_P50_MS)
+    size = text(
+        "matrix", "size", combinations=len(result.combinations), fewest=min(requests),
+        most=max(requests), requests=sum(requests), seconds=result.seconds,
+        dropped=result.dropped, first_seconds=result.first_seconds,
+        worst_ordering=worst.ordering, worst_kind=worst.kind, worst_p50=worst.p50,
+        worst_p99=worst.p99, over=over, target_p50=TARGET_P50_MS, p99_all=result.p99_all,
+        target_p99=TARGET_P99_MS, checked=result.checked, problems=problems,
+    )  # fmt: skip
+    by_key = {(c.ordering, c.kind): c for c in result.combinations}
+    orderings = dict.fromkeys(c.ordering for c in result.combinations)
+    grid = table(
+        "| order-by | " + " | ".join(KINDS) + " |",
+        "|---|" + "---:|" * len(KINDS),
+        ([f"`{o}`", *(_cell(by_key[o, kind]) for kind in KINDS)] for o in orderings),
     )
+    samples = (s for c in result.combinations for s in c.samples)
+    slowest = sorted(samples, key=lambda s: -s.ms)[:5]
+    listed = "\n".join(f"- {s.ms:,.1f} ms: {s.request.shown()}" for s in slowest)
+    return "\n\n".join([f"### {result.rows:,} applicants", size, grid, "Slowest requests:", listed])
+
+
+def markdown(results: list[MatrixResult], command: str, when: str) -> str:
+    return section(
+        "matrix",
+        *(_database(result) for result in results),
+        when=when, command=command, scope_tokens=SCOPE_TOKENS, client_core=CLIENT_CORE,
+        server_core=SERVER_CORE, slow_ms=SLOW_MS, target_p50=TARGET_P50_MS,
+    )  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="the query matrix (issue 17), one database")
     parser.add_argument("--quick", action="store_true", help="the reduced matrix of --quick")
-    parser.add_argument("--results", type=Path, help="write the section to this RESULTS.md")
-    args = parser.parse_args()
-    raise_priority()
-    when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    results = []
+    args, outputs = provenance.options(parser, {}, rows=[100_000], out="--results")
+    when, results = provenance.now(), []
     for rows in args.rows:
-        db = databases.ensure_database(rows)
+        db = databases.ensure_database(rows, outputs.work)
         domain = prepare(db, rows)
-        with leasestar_server(f"matrix-{rows}", db) as server:
-            settings = QUICK_MATRIX if args.quick else FULL_MATRIX
+        with harness.leasestar_server(f"matrix-{rows}", db, work=outputs.work) as server:
+            settings = SMOKE_MATRIX if args.smoke else QUICK_MATRIX if args.quick else FULL_MATRIX
             results.append(measure(server.base, db, domain, settings))
     command = "python benchmarks/matrix.py " + " ".join(sys.argv[1:])
-    section = matrix_report.markdown(results, command.strip(), when, provenance.git_commit())
-    print(section)
-    if args.results:
-        provenance.write_section(section, args.results)
-        matrix_report.chart(results, command, args.results.parent / matrix_report.CHART_NAME)
+    section = markdown(results, command.strip(), when)
+    provenance.publish(section, outputs.results_md if args.results or args.smoke else None)
 
 
 if __name__ == "__main__":

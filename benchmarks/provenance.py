@@ -1,33 +1,38 @@
-"""What a benchmark's report records about its run, and where it goes.
-
-`machine`, `versions`, `describe_machine`, `loadavg`, `git_commit`: the lines every
-report carries; `section`, `text`, `table`: a section rendered from its figures and its
-texts in `sections.toml`; `write_section`: one section of `benchmarks/RESULTS.md`
-replaced, every other byte kept; `shown`: a path as typed from the repository root.
-"""
+"""What a report records about its run (machine, versions, commit), its sections rendered
+from sections.toml, written into RESULTS.md; the options every script takes."""
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import functools
 import os
 import platform
+import shutil
 import sqlite3
 import subprocess
+import sys
 import time
 import tomllib
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
+WORK = BENCH / "work"
 RESULTS_MD = BENCH / "RESULTS.md"
 SECTIONS = BENCH / "sections.toml"  # each section's title and texts, with {fields}
+NICE = -10
+
+
+def say(message: str) -> None:
+    name = {"run": "bench"}.get(Path(sys.argv[0]).stem, Path(sys.argv[0]).stem)
+    print(f"[{name} {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
 def shown(path: Path) -> str:
-    """A path as a reader would type it from the repository root, where it is below it."""
     return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
 
 
@@ -36,10 +41,9 @@ def versions() -> dict[str, str]:
 
     found = {"python": platform.python_version(), "sqlite": sqlite3.sqlite_version}
     for package in ("litestar", "msgspec", "uvicorn", "uvloop", "httptools", "aiosqlite"):
-        try:
+        found[package] = "-"
+        with contextlib.suppress(PackageNotFoundError):
             found[package] = version(package)
-        except PackageNotFoundError:
-            found[package] = "-"
     out = subprocess.run(["wrk", "--version"], capture_output=True, text=True).stdout.split()
     found["wrk"] = out[1] if len(out) > 1 else "?"
     return found
@@ -56,12 +60,8 @@ def machine() -> dict[str, str]:
     with contextlib.suppress(OSError, IndexError, ValueError):
         kb = int(Path("/proc/meminfo").read_text().split()[1])
         memory = f"{kb / 2**20:.0f} GiB"
-    return {
-        "cpu": model,
-        "cores": str(os.cpu_count()),
-        "memory": memory,
-        "kernel": platform.release(),
-    }
+    cores, kernel = str(os.cpu_count()), platform.release()
+    return {"cpu": model, "cores": cores, "memory": memory, "kernel": kernel}
 
 
 def describe_machine(*packages: str) -> str:
@@ -80,22 +80,19 @@ def loadavg() -> str:
 
 def git_commit() -> str:
     """HEAD's short hash, and whether what is measured has uncommitted changes."""
-    out = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True).stdout
+
+    dirty = git("status", "--porcelain", "--", "leasestar", "schema.sql", "pyproject.toml")
+    return git("rev-parse", "--short", "HEAD").strip() + (
+        " + uncommitted changes" if dirty.strip() else ""
     )
-    dirty = subprocess.run(
-        ["git", "status", "--porcelain", "--", "leasestar", "schema.sql", "pyproject.toml"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-    ).stdout.strip()
-    return out.stdout.strip() + (" + uncommitted changes" if dirty else "")
 
 
 def write_section(section: str, path: Path = RESULTS_MD) -> None:
-    """Replace one section of RESULTS.md, from its `<!-- BEGIN x -->` line to its
-    `<!-- END x -->` (the first and last lines of `section`); every other byte is kept.
-    A section the file does not have yet is appended."""
+    """Replace the section between its BEGIN and END lines, every other byte kept (or
+    append it)."""
     lines = section.strip("\n").splitlines()
     begin, end = lines[0], lines[-1]
     if not (begin.startswith("<!-- BEGIN ") and end.startswith("<!-- END ")):
@@ -111,6 +108,15 @@ def write_section(section: str, path: Path = RESULTS_MD) -> None:
     path.write_text(text)
 
 
+def publish(section: str, path: Path | None = RESULTS_MD) -> None:
+    """Print a section, and write it into the RESULTS.md at `path` (None: print only)."""
+    print(section)
+    if path is not None:
+        write_section(section, path)
+        name = section.split("\n", 1)[0].removeprefix("<!-- BEGIN ").removesuffix(" -->")
+        print(f"wrote the {name} section of {shown(path)}", file=sys.stderr)
+
+
 def now() -> str:
     return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
 
@@ -121,22 +127,85 @@ def _texts() -> dict[str, dict[str, str]]:
 
 
 def text(key: str, part: str, **fields: Any) -> str:
-    """A text of section `key` in `sections.toml`, its `{fields}` filled in: the lines of
-    each paragraph joined into one, paragraphs kept apart by a blank line."""
+    """A text of sections.toml, `{fields}` filled in, a paragraph (not a table) one line."""
     paragraphs = _texts()[key][part].strip().split("\n\n")
-    return "\n\n".join(" ".join(p.split()) for p in paragraphs).format(**fields)
+    kept = (p if p.startswith("|") else " ".join(p.split()) for p in paragraphs)
+    return "\n\n".join(kept).format(**fields)
 
 
 def table(header: str, align: str, rows: Iterable[Sequence[object]]) -> str:
-    """A markdown table: its header and alignment lines, then a line per row of cells."""
     lines = [header, align, *("| " + " | ".join(str(c) for c in row) + " |" for row in rows)]
     return "\n".join(lines)
 
 
 def section(key: str, *blocks: str, name: str | None = None, **fields: Any) -> str:
-    """Section `name` (default `key`): its title and `intro` from `sections.toml`, then
-    `blocks` (tables, paragraphs; empty ones left out), between its BEGIN and END lines."""
+    """Section `name` (default `key`): its title and `intro`, then the non-empty `blocks`."""
+    fields = {"when": now(), "commit": git_commit(), "machine": describe_machine(), **fields}
     name = name or key
     heading = "## " + text(key, "title", **fields)
     parts = [heading, text(key, "intro", **fields), *(b for b in blocks if b)]
     return f"<!-- BEGIN {name} -->\n" + "\n\n".join(parts) + f"\n<!-- END {name} -->"
+
+
+@dataclass(frozen=True)
+class Outputs:
+    """Where a run writes its databases and logs, and the RESULTS.md it writes (None: none)."""
+
+    work: Path = WORK
+    results_md: Path | None = RESULTS_MD
+
+
+OPTIONS: dict[str, dict[str, Any]] = {  # every script's: name -> add_argument's keywords
+    "--smoke": {"type": Path, "metavar": "DIR", "help": "a small run, writing below DIR"},
+    "--rows": {"type": int, "metavar": "N", "help": "seeded applicants"},
+    "--out": {"type": Path, "help": "the RESULTS.md to write into (a directory: its RESULTS.md)"},
+    "--no-write": {"action": "store_true", "help": "print the section, leave RESULTS.md as is"},
+}
+
+
+def options(
+    parser: argparse.ArgumentParser,
+    smoke: dict[str, Any],
+    argv: list[str] | None = None,
+    *,
+    rows: int | list[int] | bool | None = False,
+    out: str = "--out",
+    nice: bool = True,
+) -> tuple[argparse.Namespace, Outputs]:
+    """`OPTIONS` added (`--rows` with the default `rows` unless False, `--out` as `out`) and
+    parsed, `--smoke DIR` putting `smoke` over the values given; wrk installed if missing
+    and allowed; nice -10 where allowed, so that on a shared machine the measured
+    processes (servers and wrk inherit it) keep their cores."""
+    for name, keywords in OPTIONS.items():
+        several = "+" if isinstance(rows, list) else None
+        if name != "--rows":
+            parser.add_argument(out if name == "--out" else name, **keywords)
+        elif rows is not False:
+            parser.add_argument(name, **keywords, default=rows, nargs=several)
+    args = parser.parse_args(argv)
+    vars(args).update(smoke if args.smoke else {})
+    outputs = Outputs(args.smoke.resolve() / "work", below(args.smoke)) if args.smoke else Outputs()
+    if given := getattr(args, out.lstrip("-")):
+        outputs = Outputs(outputs.work, given if given.suffix == ".md" else below(given))
+    if not shutil.which("wrk") and shutil.which("apt-get") and os.geteuid() == 0:
+        say("wrk is missing: apt-get update && apt-get install -y wrk")
+        subprocess.run(["apt-get", "update", "-qq"], check=False)
+        subprocess.run(["apt-get", "install", "-y", "-qq", "wrk"], check=False)
+    if not shutil.which("wrk"):
+        sys.exit("wrk is required: apt-get install -y wrk, brew install wrk, or from its source.")
+    with contextlib.suppress(OSError, AttributeError):
+        os.setpriority(os.PRIO_PROCESS, 0, NICE if nice else os.getpriority(os.PRIO_PROCESS, 0))
+    return args, Outputs(outputs.work, None if args.no_write else outputs.results_md)
+
+
+def below(directory: Path) -> Path:
+    """DIR/RESULTS.md, a copy of benchmarks/RESULTS.md where there is none yet."""
+    directory.mkdir(parents=True, exist_ok=True)
+    results_md = directory.resolve() / RESULTS_MD.name
+    if not results_md.exists():
+        shutil.copyfile(RESULTS_MD, results_md)
+    return results_md
+
+
+def command() -> str:
+    return " ".join(["python", f"benchmarks/{Path(sys.argv[0]).name}", *sys.argv[1:]])

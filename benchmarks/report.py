@@ -1,11 +1,8 @@
-"""The list benchmark's results: the measured figures, issue 4's targets, and the report
-written from them (a section of RESULTS.md, list-results.json, list-bench.png).
-"""
+"""The list benchmark's figures, issue 4's targets, and the list section rendered from them."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
-from pathlib import Path
+from dataclasses import dataclass, field
 from typing import Any
 
 import clients
@@ -17,7 +14,13 @@ from harness import BENCH, CLIENT_CORE, CONNECTIONS, SERVER_CORE, SERVER_ENV
 from provenance import section, table, text
 
 NOTES = BENCH / "list-notes.md"  # hand-written analysis of a run, kept with the figures
-CHART_NAME = "list-bench.png"
+# Issue 4 item 3: (case, what its req/s is taken against, the ratio it needs).
+TARGETS = (
+    ("list_default", "composite", 0.7), ("limit_250", "composite", 0.7),
+    ("get_by_id", "composite", 0.5), ("updated_window", "list_default", 0.5),
+    ("property_filter", "list_default", 0.5), ("order_two_keys", "list_default", 0.5),
+    ("scoped_token", "list_default", 0.5),
+)  # fmt: skip
 
 
 @dataclass
@@ -43,25 +46,19 @@ class CaseResult:
         return self.served.rps / composite if self.served and composite else None
 
     def line(self) -> str:
-        m = self.served
+        m, floor, in_process = self.served, self.http_floor, self.inprocess_rps
         assert m is not None
-        text = (
+        return (
             f"{self.rows:>9,} {self.case.label:<38} {m.rps:7.0f} req/s  p50 {m.p50_ms:7.2f} ms  "
             f"p99 {m.p99_ms:7.2f} ms  {self.body_bytes:>7,} B"
+            + (f" | HTTP floor {floor.rps:6.0f}" if floor else "")
+            + (f" | in-process {in_process:6.0f} ({self.inprocess_variant})" if in_process else "")
+            + (f" | {self.ratio:.2f}x composite" if self.ratio else "")
         )
-        if self.http_floor:
-            text += f" | HTTP floor {self.http_floor.rps:6.0f}"
-        if self.inprocess_rps:
-            text += f" | in-process {self.inprocess_rps:6.0f} ({self.inprocess_variant})"
-        if self.ratio:
-            text += f" | {self.ratio:.2f}x composite"
-        return text
 
 
 @dataclass
 class Run:
-    """Everything measured, as the report needs it."""
-
     small: int  # the rows of the database every case runs on
     big: int | None  # the rows of the scale, depth and cursor cases' database
     cases: dict[int, list[CaseResult]] = field(default_factory=dict)
@@ -80,12 +77,8 @@ class Target:
     measured: float
     need: float
 
-    @property
-    def passed(self) -> bool:
-        return self.measured >= self.need
-
     def verdict(self) -> str:
-        if self.passed:
+        if self.measured >= self.need:
             return "PASS"
         if self.measured <= 0:
             return "MISS (nothing served)"
@@ -95,37 +88,23 @@ class Target:
 def evaluate(run: Run) -> list[Target]:
     targets: list[Target] = []
     by_key = {r.case.key: r for r in run.cases[run.small]}
-    for key, need in (("list_default", 0.7), ("limit_250", 0.7), ("get_by_id", 0.5)):
-        ratio = by_key[key].ratio
-        if ratio is not None:
-            targets.append(Target(f"{by_key[key].case.label} vs its composite floor", ratio, need))
-    base = by_key["list_default"].served
-    assert base is not None
-    for key in ("updated_window", "property_filter", "order_two_keys", "scoped_token"):
-        served = by_key[key].served
-        assert served is not None
-        targets.append(
-            Target(f"{by_key[key].case.label} vs list default", served.rps / base.rps, 0.5)
-        )
+    for key, against, need in TARGETS:
+        result, reference = by_key[key], by_key.get(against)
+        if reference is None and result.ratio is not None:
+            targets.append(
+                Target(f"{result.case.label} vs its composite floor", result.ratio, need)
+            )
+        elif reference and result.served and reference.served:
+            name = f"{result.case.label} vs {reference.case.label}"
+            targets.append(Target(name, result.served.rps / reference.served.rps, need))
     if run.scale:
-        paired, big_default, big_deep = run.scale[0], run.scale[1], run.scale[2]
-        assert paired.served
-        assert big_default.served
-        assert big_deep.served
-        targets.append(
-            Target(
-                f"list default at {run.big:,} rows vs at {run.small:,} (interleaved)",
-                big_default.served.rps / paired.served.rps,
-                0.85,
-            )
+        paired, default, deep = (
+            r.served or harness.Measured(0, 0, 0, 0, 0, 0, 0) for r in run.scale[:3]
         )
-        targets.append(
-            Target(
-                f"offset 90% at {run.big:,} rows vs offset 0",
-                big_deep.served.rps / big_default.served.rps,
-                0.2,
-            )
-        )
+        name = f"list default at {run.big:,} rows vs at {run.small:,} (interleaved)"
+        targets.append(Target(name, default.rps / paired.rps, 0.85))
+        name = f"offset 90% at {run.big:,} rows vs offset 0"
+        targets.append(Target(name, deep.rps / default.rps, 0.2))
     return targets
 
 
@@ -135,22 +114,13 @@ def fmt(value: float | None, digits: int = 0) -> str:
 
 def case_table(results: list[CaseResult], with_rows: bool = False) -> str:
     rows = [
-        [
-            *([f"{r.rows:,}"] if with_rows else []),
-            r.case.label,
-            fmt(r.served.rps),
-            f"{r.served.p50_ms:.2f}",
-            f"{r.served.p99_ms:.2f}",
-            f"{r.body_bytes:,}",
-            f"{r.served.wire_bytes:,.0f}",
-            fmt(r.inprocess_rps),
-            fmt(r.http_floor.rps if r.http_floor else None),
-            fmt(r.composite),
-            fmt(r.ratio, 2),
-        ]
+        [*([f"{r.rows:,}"] if with_rows else []), r.case.label, fmt(r.served.rps),
+         f"{r.served.p50_ms:.2f}", f"{r.served.p99_ms:.2f}", f"{r.body_bytes:,}",
+         f"{r.served.wire_bytes:,.0f}", fmt(r.inprocess_rps),
+         fmt(r.http_floor.rps if r.http_floor else None), fmt(r.composite), fmt(r.ratio, 2)]
         for r in results
         if r.served is not None
-    ]
+    ]  # fmt: skip
     return table(
         ("| rows " if with_rows else "")
         + "| case | req/s | p50 ms | p99 ms | body B | wire B/resp | in-process /s "
@@ -166,14 +136,10 @@ def markdown(report: dict[str, Any], run: Run, targets: list[Target]) -> str:
         f"p99 {x['p99_ms']:.2f} ms ({x['note']})."
         for x in run.extras
     )
-    scale = (
-        f"### {run.big:,} applicants, interleaved with {run.small:,}\n\n"
-        + text("list", "scale")
-        + "\n\n"
-        + case_table(run.scale, with_rows=True)
-        if run.scale
-        else ""
-    )
+    scale = "\n\n".join(
+        [f"### {run.big:,} applicants, interleaved with {run.small:,}", text("list", "scale"),
+         case_table(run.scale, with_rows=True)]
+    ) if run.scale else ""  # fmt: skip
     verdicts = table(
         "| target | measured | needs | verdict |",
         "|---|---:|---:|---|",
@@ -190,169 +156,26 @@ def markdown(report: dict[str, Any], run: Run, targets: list[Target]) -> str:
             if r.served is not None
         ),
     )  # fmt: skip
-    pool = (
-        text("list", "pool", rows=run.small)
-        + "\n\n"
-        + table(
+    pool = "Not measured in a --quick run."
+    if run.pool:
+        pool = text("list", "pool", rows=run.small) + "\n\n" + table(
             "| read connections | case | req/s | p50 ms | p99 ms |",
             "|---:|---|---:|---:|---:|",
-            (
-                [
-                    p["read_connections"],
-                    p["case"],
-                    f"{p['rps']:,.0f}",
-                    f"{p['p50_ms']:.2f}",
-                    f"{p['p99_ms']:.2f}",
-                ]
-                for p in run.pool
-            ),
-        )
-        if run.pool
-        else "Not measured in a --quick run."
-    )
+            ([p["read_connections"], p["case"], f"{p['rps']:,.0f}", f"{p['p50_ms']:.2f}",
+              f"{p['p99_ms']:.2f}"] for p in run.pool),
+        )  # fmt: skip
     notes = [n for rs in run.cases.values() for r in rs for n in r.notes]
     return section(
-        "list",
-        f"### {run.small:,} applicants",
-        case_table(run.cases[run.small]),
-        extras,
-        scale,
-        "### Targets (issue 4 item 3)",
-        verdicts,
-        text("list", "total"),
-        "### p50 against offset depth (default order, created_at desc)",
-        depth,
-        "### One read connection or a pool (issue 2)",
-        pool,
+        "list", f"### {run.small:,} applicants", case_table(run.cases[run.small]), extras, scale,
+        "### Targets (issue 4 item 3)", verdicts, text("list", "total"),
+        "### p50 against offset depth (default order, created_at desc)", depth,
+        "### One read connection or a pool (issue 2)", pool,
         "**Correctness problems seen during the run**: " + "; ".join(notes) if notes else "",
         # Hand-written analysis of a run (profile, misses, suggestions): kept with the figures.
         NOTES.read_text().rstrip("\n") if NOTES.exists() else "",
-        f"![each case against its floors; p50 against offset depth]({CHART_NAME})",
-        **{
-            **report,
-            **report["settings"],
-            "machine": ", ".join(f"{k} {v}" for k, v in report["machine"].items()),
-            "versions": ", ".join(f"{k} {v}" for k, v in report["versions"].items()),
-            "server_env": ", ".join(f"`{k}={v}`" for k, v in SERVER_ENV.items()),
-            "server_core": SERVER_CORE,
-            "client_core": CLIENT_CORE,
-            "connections": CONNECTIONS,
-        },
-    )
-
-
-def chart(run: Run, title: str, path: Path) -> None:
-    """The figure of `markdown`: each case against its floors, p50 against offset depth."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    cases = [r for r in run.cases[run.small] if r.served is not None]
-    figure, (left, right) = plt.subplots(
-        1, 2, figsize=(15, 6.5), gridspec_kw={"width_ratios": [3, 2]}
-    )
-    positions = list(range(len(cases)))
-    height = 0.2
-    series = [
-        ("served", [r.served.rps if r.served else 0 for r in cases], "#1f77b4"),
-        ("composite floor", [r.composite or 0 for r in cases], "#ff7f0e"),
-        ("HTTP floor", [r.http_floor.rps if r.http_floor else 0 for r in cases], "#bbbbbb"),
-        ("in-process floor", [r.inprocess_rps or 0 for r in cases], "#777777"),
-    ]
-    for i, (name, values, color) in enumerate(series):
-        left.barh(
-            [p + (i - 1.5) * height for p in positions], values, height, label=name, color=color
-        )
-    for p, r in zip(positions, cases, strict=True):
-        if r.served and r.ratio:
-            left.text(
-                r.served.rps * 1.08,
-                p - 1.5 * height,
-                f"{r.ratio:.2f}x",
-                va="center",
-                fontsize=8,
-            )
-    left.set_yticks(positions, [r.case.label for r in cases])
-    left.invert_yaxis()
-    left.set_xscale("log")
-    left.set_xlabel("requests (or pages) per second, log scale")
-    left.set_title(f"{run.small:,} applicants: each case against its floors (x = of composite)")
-    left.legend(loc="lower right", fontsize=8)
-    left.grid(axis="x", alpha=0.3)
-
-    for rows, series_results in sorted(run.depth.items()):
-        points = [
-            (r.case.offset / rows * 100, r.served.p50_ms, r.inprocess_rps)
-            for r in series_results
-            if r.served is not None
-        ]
-        drawn = right.plot(
-            [p[0] for p in points],
-            [p[1] for p in points],
-            marker="o",
-            label=f"served p50, {rows:,} rows ({CONNECTIONS} connections)",
-        )
-        right.plot(
-            [p[0] for p in points if p[2]],
-            [1000 / p[2] for p in points if p[2]],
-            linestyle="--",
-            color=drawn[0].get_color(),
-            alpha=0.6,
-            label=f"in-process time per page, {rows:,} rows",
-        )
-    right.set_yscale("log")
-    right.set_xlabel("offset, % of rows (created_at desc)")
-    right.set_ylabel("ms, log scale")
-    right.set_title("p50 against offset depth")
-    right.legend(fontsize=8)
-    right.grid(alpha=0.3)
-    figure.suptitle(title, fontsize=10)
-    figure.tight_layout()
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
-
-
-def serialise(report: dict[str, Any], run: Run, targets: list[Target]) -> dict[str, Any]:
-    def one(r: CaseResult) -> dict[str, Any]:
-        return {
-            "case": r.case.key,
-            "label": r.case.label,
-            "path": r.case.path,
-            "rows": r.rows,
-            "body_bytes": r.body_bytes,
-            "served": asdict(r.served) if r.served else None,
-            "http_floor_rps": r.http_floor.rps if r.http_floor else None,
-            "inprocess_rps": r.inprocess_rps,
-            "inprocess_variant": r.inprocess_variant,
-            "composite_rps": r.composite,
-            "ratio_to_composite": r.ratio,
-            "notes": r.notes,
-        }
-
-    return {
-        **report,
-        "cases": {str(rows): [one(r) for r in rs] for rows, rs in run.cases.items()},
-        "scale": [one(r) for r in run.scale],
-        "offset_depth": {str(rows): [one(r) for r in rs] for rows, rs in run.depth.items()},
-        "pool": run.pool,
-        "extras": run.extras,
-        "targets": [{**asdict(t), "passed": t.passed} for t in targets],
-        "cursors": run.cursors.summary() if run.cursors else None,
-        "matrix": [result.summary() for result in run.matrix],
-        "clients": [clients.summary(result) for result in run.clients],
-    }
-
-
-def print_table(run: Run, targets: list[Target]) -> None:
-    print()
-    for results in (run.cases[run.small], run.scale):
-        for r in results:
-            print(r.line())
-    if run.cursors:
-        print()
-        print("\n".join(run.cursors.lines()))
-    print()
-    for t in targets:
-        print(f"  {t.verdict():<26} {t.name}: {t.measured:.2f}x (needs >= {t.need:.2f}x)")
-    print()
+        **{**report, **report["settings"],
+           "machine": ", ".join(f"{k} {v}" for k, v in report["machine"].items()),
+           "versions": ", ".join(f"{k} {v}" for k, v in report["versions"].items())},
+        server_env=", ".join(f"`{k}={v}`" for k, v in SERVER_ENV.items()),
+        server_core=SERVER_CORE, client_core=CLIENT_CORE, connections=CONNECTIONS,
+    )  # fmt: skip

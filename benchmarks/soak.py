@@ -1,12 +1,6 @@
-"""Soak benchmark (issue 5, `make soak`): the read API under steady load while an import
-writes; `python benchmarks/soak.py --rows 20000 --duration 15` is a quick look.
-
-A copy of the bench database is served (`--rate-limit off`, not pinned: wrk and the
-imports share both cores with it) under wrk's mix of gets by id and list pages
-(`soak.lua`) while `leasestar import` rewrites every row of a file back to back. Goals:
-no non-2xx answer, no socket error, end RSS within 10 % of start RSS; exits non-zero
-when one is missed or an import fails. Writes the soak section and soak-results.json.
-"""
+"""Soak (issue 5, `make soak`): wrk's mix of gets and list pages (`soak.lua`) while
+`leasestar import` rewrites rows back to back; exits non-zero when a goal is missed (a
+non-2xx, a socket error, RSS drift over 10 %) or an import fails."""
 
 from __future__ import annotations
 
@@ -15,12 +9,11 @@ import contextlib
 import json
 import random
 import signal
-import sqlite3
 import subprocess
 import sys
 import threading
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,24 +27,12 @@ from leasestar.config import Settings
 
 WARMUP_SECONDS = 10
 RSS_GOAL = 0.10
-
 SCRIPT = harness.BENCH / "soak.lua"  # half records by id, half list pages
 
 
-def copy_database(source: Path, target: Path) -> None:
-    """A copy of `source` (which other benchmarks read, so it is only read) at `target`."""
-    for suffix in ("", "-wal", "-shm"):
-        Path(f"{target}{suffix}").unlink(missing_ok=True)
-    with (
-        contextlib.closing(databases.read_only(source)) as src,
-        contextlib.closing(sqlite3.connect(target)) as dst,
-    ):
-        src.backup(dst)
-
-
 def import_files(count: int, work: Path) -> tuple[Path, Path]:
-    """A: `count` new applicants (seed 501, so no key or id is in the seeded data); B: the
-    same records with `notes` changed, so importing A, B, A, ... rewrites every row."""
+    """A: `count` new applicants (seed 501: no key of the seeded data); B: A with `notes`
+    changed, so that importing A, B, A, ... rewrites every row."""
     first, second = work / f"import-{count}-a.ndjson", work / f"import-{count}-b.ndjson"
     if first.exists() and second.exists():
         return first, second
@@ -68,37 +49,25 @@ def import_files(count: int, work: Path) -> tuple[Path, Path]:
 
 
 def request_mix(db: Path, work: Path) -> tuple[Path, Path]:
-    """Files the Lua script reads: random applicant ids, and list paths."""
-    connection = sqlite3.connect(db)
-    try:
-        ids = [row[0] for row in connection.execute("SELECT id FROM applicants")]
-        properties = [
-            row[0]
-            for row in connection.execute(
-                "SELECT DISTINCT property_id FROM applicants ORDER BY property_id LIMIT 40"
-            )
-        ]
-        integrations = [
-            row[0] for row in connection.execute("SELECT DISTINCT integration_id FROM applicants")
-        ]
-    finally:
-        connection.close()
+    with contextlib.closing(databases.read_only(db)) as conn:
+        ids = [row[0] for row in conn.execute("SELECT id FROM applicants")]
+        properties = conn.execute(
+            "SELECT DISTINCT property_id FROM applicants ORDER BY property_id LIMIT 40"
+        ).fetchall()
+        integrations = conn.execute("SELECT DISTINCT integration_id FROM applicants").fetchall()
     rng = random.Random(5)
     ids_file, lists_file = work / "ids.txt", work / "lists.txt"
     ids_file.write_text("\n".join(rng.sample(ids, min(len(ids), 20_000))) + "\n")
     base = "/v1/applicants"
     lists = [
-        base,
-        f"{base}?limit=25",
-        f"{base}?limit=250",
+        base, f"{base}?limit=25", f"{base}?limit=250",
         f"{base}?order-by=last_name,first_name&limit=50",
-        f"{base}?order-by=updated_at:desc&limit=100",
-        f"{base}?order-by=city,zip&limit=25",
+        f"{base}?order-by=updated_at:desc&limit=100", f"{base}?order-by=city,zip&limit=25",
         f"{base}?updated_at_gte=2024-01-01&updated_at_lte=2024-06-30&limit=50",
         *(f"{base}?offset={rng.randrange(len(ids))}&limit=20" for _ in range(10)),
-        *(f"{base}?property_id={value}&limit=50" for value in properties),
-        *(f"{base}?integration_id={value}&limit=100" for value in integrations),
-    ]
+        *(f"{base}?property_id={value}&limit=50" for (value,) in properties),
+        *(f"{base}?integration_id={value}&limit=100" for (value,) in integrations),
+    ]  # fmt: skip
     lists_file.write_text("\n".join(lists) + "\n")
     return ids_file, lists_file
 
@@ -112,231 +81,127 @@ class ImportRun:
     output: str
 
 
-@dataclass
-class ImportLoop:
-    """`leasestar import` of the files in turn, back to back, until stopped."""
-
-    db: Path
-    files: tuple[Path, Path]
-    origin: float = 0.0
-    runs: list[ImportRun] = field(default_factory=list)
-    stop: threading.Event = field(default_factory=threading.Event)
-
-    def run(self) -> None:
-        turn = 0
-        while not self.stop.is_set():
-            path = self.files[turn % 2]
-            started = time.monotonic() - self.origin
-            result = subprocess.run(
-                [str(LEASESTAR), "import", "--db", str(self.db), str(path)],
-                capture_output=True,
-                text=True,
-                check=False,
-            )
-            ended = time.monotonic() - self.origin
-            self.runs.append(
-                ImportRun(
-                    path.name,
-                    round(started, 1),
-                    round(ended, 1),
-                    result.returncode,
-                    (result.stdout + result.stderr).strip()[-300:],
-                )
-            )
-            say(f"import {path.name}: exit {result.returncode}, {ended - started:.1f} s")
-            turn += 1
+def import_loop(
+    db: Path, files: tuple[Path, Path], origin: float, stop: threading.Event, runs: list[ImportRun]
+) -> None:
+    turn = 0
+    while not stop.is_set():
+        path = files[turn % 2]
+        started = time.monotonic() - origin
+        command = [str(LEASESTAR), "import", "--db", str(db), str(path)]
+        result = subprocess.run(command, capture_output=True, text=True, check=False)
+        ended = time.monotonic() - origin
+        output = (result.stdout + result.stderr).strip()[-300:]
+        run = ImportRun(path.name, round(started, 1), round(ended, 1), result.returncode, output)
+        runs.append(run)
+        say(f"import {path.name}: exit {result.returncode}, {ended - started:.1f} s")
+        turn += 1
 
 
-def run_wrk(
-    script: Path, base_url: str, seconds: int, connections: int, args: list[str]
-) -> dict[str, Any]:
-    """wrk on both cores (like the server and the imports), `script` choosing requests."""
+def run_wrk(base_url: str, seconds: int, connections: int, args: list[str]) -> dict[str, Any]:
+    """wrk on both cores (like the server and the imports), `soak.lua` choosing requests."""
     return harness.run_wrk(
-        base_url,
-        seconds,
-        script=script,
-        script_args=args,
-        connections=connections,
-        threads=min(2, connections),
-        core=None,
-        timeout="10s",
-        marker="SOAK_JSON",
-    )
+        base_url, seconds, script=SCRIPT, script_args=args, connections=connections,
+        threads=min(2, connections), core=None, timeout="10s", marker="SOAK_JSON",
+    )  # fmt: skip
 
 
 def report(figures: dict[str, Any], command: str) -> str:
-    wrk = figures["wrk"]
-    requests = wrk["requests"]
+    wrk, rss, imports = figures["wrk"], figures["rss_kib"], figures["imports"]
     socket_errors = wrk["connect"] + wrk["read"] + wrk["write"] + wrk["timeout"]
-    rss = figures["rss_kib"]
     drift = (rss["end"] - rss["start"]) / rss["start"]
-    imports = figures["imports"]
-    written = sum(1 for run in imports if run["returncode"] == 0)
-    ok_2xx = wrk["non_2xx_3xx"] == 0 and socket_errors == 0
-    ok_rss = abs(drift) <= RSS_GOAL
-
-    def ms(microseconds: float) -> str:
-        return f"{microseconds / 1000:.1f} ms"
-
-    def mib(kib: int) -> str:
-        return f"{kib / 1024:.1f} MiB"
+    ok_2xx, ok_rss = wrk["non_2xx_3xx"] == 0 and socket_errors == 0, abs(drift) <= RSS_GOAL
 
     def mark(ok: bool) -> str:
         return "✅" if ok else "❌"
 
-    errors = "/".join(str(wrk[k]) for k in ("connect", "read", "write", "timeout"))
-    rate = requests / (wrk["duration_us"] / 1e6)
-    latency = f"{ms(wrk['p50_us'])} / {ms(wrk['p90_us'])} / {ms(wrk['p99_us'])}"
-    tail = f"{ms(wrk['p999_us'])} / {ms(wrk['max_us'])}"
-    growth = f"{mib(rss['start'])} → {mib(rss['end'])} ({drift:+.1%}; max {mib(rss['max'])})"
     runs = ", ".join(
         f"{run['file'].rsplit('-', 1)[1][0].upper()} from {run['started']:.0f} to "
         f"{run['ended']:.0f} s (exit {run['returncode']})"
         for run in imports
     )
-    warmed = f"{mib(rss['idle'])} → {mib(rss['start'])}"
-    rows = [
-        ("requests", f"{requests:,} ({rate:,.0f}/s)", ""),
-        ("non-2xx answers", str(wrk["non_2xx_3xx"]), f"0 {mark(wrk['non_2xx_3xx'] == 0)}"),
-        ("socket errors (connect/read/write/timeout)", errors, f"0 {mark(socket_errors == 0)}"),
-        ("latency p50 / p90 / **p99**", latency, ""),
-        ("latency p99.9 / max", tail, ""),
-        ("server RSS idle → start (after the warm-up)", warmed, ""),
-        ("server RSS start → end", growth, f"within 10 % {mark(ok_rss)}"),
-        ("server exit after SIGTERM", str(figures["server_exit"]), "0"),
-    ]  # fmt: skip
-    trend = " → ".join(mib(kib) for kib in rss["every_second"][9::10])
+    ms = {key.removesuffix("_us"): wrk[key] / 1000 for key in ("p50_us", "p90_us", "p99_us")}
+    ms |= {"p999": wrk["p999_us"] / 1000, "slowest": wrk["max_us"] / 1000}
+    mib = {key: rss[key] / 1024 for key in ("idle", "start", "end", "max")}
+    table = provenance.text(
+        "soak", "table", **wrk, **ms, **mib, rate=wrk["requests"] / (wrk["duration_us"] / 1e6),
+        drift=drift, non_2xx_ok=mark(wrk["non_2xx_3xx"] == 0), errors_ok=mark(socket_errors == 0),
+        rss_ok=mark(ok_rss), server_exit=figures["server_exit"],
+    )  # fmt: skip
+    trend = " → ".join(f"{kib / 1024:.1f} MiB" for kib in rss["every_second"][9::10])
     verdict = "all goals met" if ok_2xx and ok_rss else "GOAL MISSED"
     return provenance.section(
-        "soak",
-        provenance.table("| Measure | Value | Goal |", "|---|---|---|", rows),
-        provenance.text("soak", "verdict", trend=trend or "-", verdict=verdict),
-        **figures,
-        command=command,
-        commit=provenance.git_commit(),
-        warmup=WARMUP_SECONDS,
-        runs=runs,
-        written=written,
-        import_count=len(imports),
-    )
+        "soak", table, provenance.text("soak", "verdict", trend=trend or "-", verdict=verdict),
+        **figures, command=command, warmup=WARMUP_SECONDS, runs=runs,
+        written=sum(1 for run in imports if run["returncode"] == 0), import_count=len(imports),
+    )  # fmt: skip
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rows", type=int, default=100_000, help="seeded applicants")
     parser.add_argument(
-        "--import-rows",
-        type=int,
-        default=30_000,
+        "--import-rows", type=int, default=30_000,
         help="applicants per import (sized so that several imports commit within the run)",
-    )
+    )  # fmt: skip
     parser.add_argument("--duration", type=int, default=60, help="seconds of wrk")
     parser.add_argument("--connections", type=int, default=64)
     parser.add_argument(
         "--read-connections", type=int, default=Settings().read_connections, help="the default"
     )
-    parser.add_argument(
-        "--no-results", action="store_true", help="do not write benchmarks/RESULTS.md"
-    )
-    parser.add_argument(
-        "--work",
-        type=Path,
-        default=harness.WORK,
-        help="where the seeded database is (or goes) and soak/ with the rest (benchmarks/work)",
-    )
-    args = parser.parse_args()
-    command = (
-        "make soak" if len(sys.argv) == 1 else "python benchmarks/soak.py " + " ".join(sys.argv[1:])
-    )
-
-    harness.ensure_wrk()
-    work = args.work.resolve() / "soak"
+    smoke = {"rows": 2_000, "import_rows": 500, "duration": 5}
+    args, outputs = provenance.options(parser, smoke, rows=100_000, nice=False)
+    command = "make soak" if len(sys.argv) == 1 else provenance.command()
+    work = outputs.work / "soak"
     work.mkdir(parents=True, exist_ok=True)
-    template = databases.ensure_database(args.rows, args.work.resolve())
+    template = databases.ensure_database(args.rows, outputs.work)
     files = import_files(args.import_rows, work)
-    db = work / "soak.db"
-    copy_database(template, db)
+    db = databases.copy_database(template, work / "soak.db")
     token = databases.create_token(db, "soak")
-    ids_file, lists_file = request_mix(db, work)
-    script = SCRIPT
-    wrk_args = [str(ids_file), str(lists_file), token]
-
-    loop = ImportLoop(db, files)
-    importer = threading.Thread(target=loop.run, daemon=True)
-    samples: list[int] = []
-    sampling = threading.Event()
+    wrk_args = [*map(str, request_mix(db, work)), token]
+    runs: list[ImportRun] = []
+    stop = threading.Event()
+    options = ["--rate-limit", "off", "--log-format", "off"]
+    options += ["--read-connections", str(args.read_connections)]
     with harness.leasestar_server(
-        "soak",
-        db,
-        args=(
-            *("--rate-limit", "off", "--log-format", "off"),
-            *("--read-connections", str(args.read_connections)),
-        ),
-        core=None,
-        work=work,
-        stop=signal.SIGTERM,
+        "soak", db, args=options, core=None, work=work, stop=signal.SIGTERM
     ) as server:
         try:
-            idle = harness.rss_kib(server.pid)
-            load_before = provenance.loadavg()
-            say(
-                f"server up on {server.base}, RSS {idle / 1024:.1f} MiB; "
-                f"warming up {WARMUP_SECONDS} s"
-            )
-            run_wrk(script, server.base, WARMUP_SECONDS, args.connections, wrk_args)
+            idle, load_before = harness.rss_kib(server.pid), provenance.loadavg()
+            say(f"server up on {server.base}, RSS {idle / 1024:.1f} MiB; warming up")
+            run_wrk(server.base, WARMUP_SECONDS, args.connections, wrk_args)
             start = harness.rss_kib(server.pid)
-
-            def sample() -> None:
-                while not sampling.wait(1.0):
-                    samples.append(harness.rss_kib(server.pid))
-
-            sampler = threading.Thread(target=sample, daemon=True)
-            sampler.start()
-            loop.origin = time.monotonic()
-            importer.start()
-            say(f"RSS {start / 1024:.1f} MiB; {args.duration} s of wrk while imports run")
-            measured = run_wrk(script, server.base, args.duration, args.connections, wrk_args)
-            end = harness.rss_kib(server.pid)
-            sampling.set()
-            sampler.join()
-            loop.stop.set()
+            with harness.rss_samples(server.pid, 1.0) as samples:
+                loop = (db, files, time.monotonic(), stop, runs)
+                importer = threading.Thread(target=import_loop, args=loop, daemon=True)
+                importer.start()
+                say(f"RSS {start / 1024:.1f} MiB; {args.duration} s of wrk while imports run")
+                measured = run_wrk(server.base, args.duration, args.connections, wrk_args)
+                end = harness.rss_kib(server.pid)
+            stop.set()
             say("wrk done; letting the running import finish")
             importer.join(timeout=600)
         finally:
-            loop.stop.set()
-
+            stop.set()
     figures = {
-        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "date": provenance.now(),
         "machine": provenance.describe_machine("python"),
         "load_before": load_before,
-        "rows": args.rows,
-        "import_rows": args.import_rows,
-        "duration": args.duration,
-        "connections": args.connections,
+        **{k: getattr(args, k) for k in ("rows", "import_rows", "duration", "connections")},
         "read_connections": args.read_connections,
         "wrk": measured,
         "rss_kib": {
-            "idle": idle,
-            "start": start,
-            "end": end,
-            "max": max([start, end, *samples]),
+            "idle": idle, "start": start, "end": end, "max": max([start, end, *samples]),
             "every_second": samples,
         },
-        "imports": [asdict(run) for run in loop.runs],
+        "imports": [asdict(run) for run in runs],
         "server_exit": server.returncode,
-    }
+    }  # fmt: skip
     (work / "soak-results.json").write_text(json.dumps(figures, indent=2) + "\n")
-    text = report(figures, command)
-    print(text)
-    if not args.no_results:
-        provenance.write_section(text)
-        say(f"wrote the soak section of {provenance.shown(provenance.RESULTS_MD)}")
-    socket_errors = sum(measured[k] for k in ("connect", "read", "write", "timeout"))
+    provenance.publish(report(figures, command), outputs.results_md)
     drift = abs(end - start) / start
-    failed_imports = [run for run in loop.runs if run.returncode != 0]
-    if measured["non_2xx_3xx"] or socket_errors or drift > RSS_GOAL or failed_imports:
-        return 1
-    return 0
+    errors = sum(measured[k] for k in ("connect", "read", "write", "timeout"))
+    failed = [run for run in runs if run.returncode != 0]
+    return 1 if measured["non_2xx_3xx"] or errors or drift > RSS_GOAL or failed else 0
 
 
 if __name__ == "__main__":

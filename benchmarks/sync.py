@@ -1,26 +1,15 @@
-"""Sync clients (issue 13): the NDJSON stream against `leasestar export`, and the long
-poll's wake-up latency with hundreds of waiting clients.
-
-The export and the two streams (identity, gzip) are taken in turn, `--rounds` times, and
-medians reported: on a shared machine a best-of-N of each taken one after the other
-measured mostly which ran at a quiet moment. Each pass's own CPU time is reported too,
-which other work moves less than wall time. Long poll: N raw-socket clients wait with
-`wait=30`, one record is committed here, each one's latency runs from the commit to its
-complete answer. Writes the `sync` section; `--quick` is 100,000 rows, 200 clients.
-"""
+"""Sync clients (issue 13): the NDJSON stream against `leasestar export` in turns, and
+the long poll's wake-up with hundreds of clients waiting. Method: sections.toml, RESULTS.md."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import resource
+import contextlib
 import sqlite3
 import statistics
 import subprocess
-import sys
-import threading
 import time
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,6 +17,7 @@ import databases
 import harness
 import msgspec
 import provenance
+from harness import CLIENT_CORE, SERVER_CORE, pinned
 
 from leasestar.applicants.bodies import BodyDecoder
 from leasestar.applicants.pipeline import write_records
@@ -35,27 +25,11 @@ from leasestar.applicants.records import Applicant
 from leasestar.database import open_for_write
 
 ENCODINGS = ("identity", "gzip")
-
-
-def _sample_rss(pid: int, stop: threading.Event, into: list[int]) -> None:
-    while not stop.is_set():
-        into.append(harness.rss_kib(pid))
-        time.sleep(0.02)
-
-
-def _export_bytes(db: Path) -> int:
-    """Bytes `leasestar export` writes: every stored body and its newline."""
-    with sqlite3.connect(db) as connection:
-        (size,) = connection.execute(
-            "SELECT sum(length(CAST(body AS BLOB)) + 1) FROM applicants"
-        ).fetchone()
-    return int(size)
+QUIET = {"LEASESTAR_LOG_FORMAT": "off"}
 
 
 @dataclass
 class Run:
-    """One whole pass over the table: export to /dev/null, or one curl stream."""
-
     seconds: float
     cpu: float  # CPU seconds of the exporting or serving process
     wire: int = 0  # bytes on the wire (a stream)
@@ -63,62 +37,38 @@ class Run:
     before_kib: int = 0  # the server's RSS just before it
 
 
-def _children_cpu() -> float:
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
-
-
 def _export_once(db: Path) -> Run:
-    """`leasestar export` to /dev/null, pinned to the server's core (taskset execs it, so
-    its CPU time is the export's own)."""
-    command = [str(harness.LEASESTAR), "export", "--db", str(db)]
-    cpu = _children_cpu()
-    started = time.perf_counter()
-    subprocess.run(
-        [*harness.pinned(harness.SERVER_CORE), *command],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        check=True,
-    )
-    return Run(time.perf_counter() - started, _children_cpu() - cpu)
+    """`leasestar export` to /dev/null on the server's core (taskset execs it: its CPU time
+    is the export's own)."""
+    cpu, started = harness.children_cpu(), time.perf_counter()
+    command = [*pinned(SERVER_CORE), str(harness.LEASESTAR), "export", "--db", str(db)]
+    subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+    return Run(time.perf_counter() - started, harness.children_cpu() - cpu)
 
 
 def _stream_once(server: harness.Server, token: str, encoding: str) -> Run:
-    """One curl stream of the whole table in id order (the export's order and bytes), with
-    the server's CPU time and its RSS sampled every 20 ms."""
-    stop = threading.Event()
-    samples: list[int] = []
-    sampler = threading.Thread(target=_sample_rss, args=(server.pid, stop, samples))
+    """One curl stream of the table in id order (the export's order and bytes); the server's
+    CPU time, its RSS sampled every 20 ms."""
     before = harness.rss_kib(server.pid)
-    sampler.start()
-    cpu = harness.cpu_seconds(server.pid)
-    started = time.perf_counter()
-    done = subprocess.run(
-        [
-            *harness.pinned(harness.CLIENT_CORE),
-            *("curl", "-sS", "-o", "/dev/null", "-w", "%{size_download}"),
-            *("-H", f"Authorization: Bearer {token}", "-H", "Accept: application/x-ndjson"),
-            *("-H", f"Accept-Encoding: {encoding}", f"{server.base}/v1/applicants?order-by="),
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    elapsed = time.perf_counter() - started
-    stop.set()
-    sampler.join()
-    return Run(
-        elapsed, harness.cpu_seconds(server.pid) - cpu, int(done.stdout), max(samples), before
-    )
+    with harness.rss_samples(server.pid, 0.02, at_once=True) as samples:
+        cpu, started = harness.cpu_seconds(server.pid), time.perf_counter()
+        done = subprocess.run([
+            *pinned(CLIENT_CORE), "curl", "-sS", "-o", "/dev/null", "-w", "%{size_download}",
+            "-H", f"Authorization: Bearer {token}", "-H", "Accept: application/x-ndjson",
+            "-H", f"Accept-Encoding: {encoding}", f"{server.base}/v1/applicants?order-by=",
+        ], capture_output=True, text=True, check=True)  # fmt: skip
+        elapsed = time.perf_counter() - started
+    cpu = harness.cpu_seconds(server.pid) - cpu
+    return Run(elapsed, cpu, int(done.stdout), max(samples), before)
 
 
-def _alternate(db: Path, rounds: int) -> tuple[list[Run], dict[str, list[Run]], int]:
-    """(exports, streams by encoding, server RSS at idle): export and each stream taken in
-    turn, `rounds` times, so that other work on a shared machine weighs on each alike."""
+def _alternate(db: Path, rounds: int, work: Path) -> tuple[list[Run], dict[str, list[Run]], int]:
+    """(exports, streams by encoding, idle RSS): each taken in turn, `rounds` times, so that
+    other work on a shared machine weighs on each alike."""
     token = databases.create_token(db, "sync")
     exports: list[Run] = []
     streams: dict[str, list[Run]] = {encoding: [] for encoding in ENCODINGS}
-    with harness.leasestar_server("sync", db, {"LEASESTAR_LOG_FORMAT": "off"}) as server:
+    with harness.leasestar_server("sync", db, QUIET, work=work) as server:
         idle = harness.rss_kib(server.pid)
         # Unmeasured: the first export after the server started had it build its columnar
         # copy of the table meanwhile (~100 MB and 3.5 s of the export's core, once).
@@ -147,12 +97,6 @@ async def _long_poll(port: int, token: str, since: int) -> bytes:
     return answer
 
 
-def _get(url: str, token: str) -> bytes:
-    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"})
-    with urllib.request.urlopen(request, timeout=600) as answer:
-        return bytes(answer.read())
-
-
 async def _wake_up(server: harness.Server, db: Path, token: str, clients: int) -> dict[str, float]:
     port = int(server.base.rsplit(":", 1)[1])
     with sqlite3.connect(db) as connection:
@@ -172,13 +116,11 @@ async def _wake_up(server: harness.Server, db: Path, token: str, clients: int) -
         else:  # its wait ran out before it saw the write: counted, not timed
             empty += 1
 
-    # A just-started server reads its columnar copy of the filtered columns (seconds at
-    # 1M; a request with a broad filter waits for it): measured first, that read would
-    # count as the waiting clients' cost.
-    ready = await asyncio.to_thread(
-        _get, f"{server.base}/v1/applicants?limit=1&updated_at_gte=1970-01-01", token
-    )
-    if b'"total":' not in ready:
+    # A just-started server's first broad filter reads its columnar copy (seconds at 1M):
+    # done first, or it would count as the waiting clients' cost.
+    url = f"{server.base}/v1/applicants?limit=1&updated_at_gte=1970-01-01"
+    status, ready = await asyncio.to_thread(harness.http_get, url, token, 600)
+    if status != 200 or b'"total":' not in ready:
         raise RuntimeError(f"the server answered {ready[:200]!r}")
     tasks = [asyncio.create_task(one()) for _ in range(clients)]
     await asyncio.sleep(3)  # every client connected and waiting
@@ -194,16 +136,68 @@ async def _wake_up(server: harness.Server, db: Path, token: str, clients: int) -
         writer.close()
     await asyncio.gather(*tasks)
     latencies = sorted(moment - committed for moment in done) or [float("nan")]
-    return {
-        "p50": statistics.median(latencies),
-        "p99": latencies[max(0, int(len(latencies) * 0.99) - 1)],
-        "max": latencies[-1],
-        "idle_cpu": idle_cpu,
-        "empty": empty,
-    }
+    p99 = latencies[max(0, int(len(latencies) * 0.99) - 1)]
+    p50, most = statistics.median(latencies), latencies[-1]
+    return {"p50": p50, "p99": p99, "max": most, "idle_cpu": idle_cpu, "empty": empty}
 
 
-def _wake_line(wake: dict[str, float], clients: int) -> str:
+def _stream_table(exports: list[Run], streams: dict[str, list[Run]], size: int, idle: int) -> str:
+    def share(runs: list[Run]) -> float:
+        # The median share of a core a pass had: CPU time over wall time.
+        return statistics.median(run.cpu / run.seconds for run in runs)
+
+    export_seconds = statistics.median(run.seconds for run in exports)
+    export_cpu = statistics.median(run.cpu for run in exports)
+    lines = [
+        provenance.text(
+            "sync", "table", export_rate=size / export_seconds / 1e6, export_cpu=export_cpu,
+            export_share=share(exports), size=size / 1e6,
+        )
+    ]  # fmt: skip
+    for encoding, runs in streams.items():
+        seconds = statistics.median(run.seconds for run in runs)
+        # Each round's stream against that round's export: a passing load weighs on both.
+        paired = statistics.median(
+            export.seconds / run.seconds for export, run in zip(exports, runs, strict=True)
+        )
+        cpu = statistics.median(run.cpu for run in runs)
+        # The stream's own memory: over the RSS just before it (not the columnar copy's).
+        peak = max(run.peak_kib - run.before_kib for run in runs)
+        highest = max(run.peak_kib for run in runs)
+        lines.append(
+            provenance.text(
+                "sync", "stream", encoding=encoding, rate=size / seconds / 1e6,
+                speed=export_seconds / seconds, paired=paired, cpu=cpu, cpu_speed=export_cpu / cpu,
+                share=share(runs), wire=runs[-1].wire / 1e6, peak=peak / 1024,
+                over_start=(highest - idle) / 1024,
+            )
+        )  # fmt: skip
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="100,000 rows, 200 clients")
+    parser.add_argument("--rounds", type=int, default=5, help="export and streams in turn")
+    parser.add_argument("--clients", type=int, default=500, help="long polls")
+    smoke = {"rows": 2_000, "clients": 20, "rounds": 2}
+    args, outputs = provenance.options(parser, smoke, rows=1_000_000)
+    if args.quick and not args.smoke:
+        args.rows, args.clients = 100_000, 200
+    rows, clients = args.rows, args.clients
+    db = databases.ensure_database(rows, outputs.work)
+    with contextlib.closing(databases.read_only(db)) as connection:
+        # Bytes `leasestar export` writes: every stored body and its newline.
+        sql = "SELECT sum(length(CAST(body AS BLOB)) + 1) FROM applicants"
+        export_bytes = int(connection.execute(sql).fetchone()[0])
+    load_before, started = provenance.loadavg(), time.monotonic()
+    exports, streams, idle = _alternate(db, args.rounds, outputs.work)
+    minutes, load_after = (time.monotonic() - started) / 60, provenance.loadavg()
+    poll_db = databases.copy_database(db, outputs.work / "sync-long-poll.db")
+    poll_token = databases.create_token(poll_db, "poll")
+    with harness.leasestar_server("sync-poll", poll_db, QUIET, work=outputs.work) as server:
+        wake = asyncio.run(_wake_up(server, poll_db, poll_token, clients))
+    databases.remove_database(poll_db)
     woken = (
         f"wake-up p50 {wake['p50'] * 1000:,.0f} ms, p99 {wake['p99'] * 1000:,.0f} ms, max "
         f"{wake['max'] * 1000:,.0f} ms (target p99 <= 1 s)"
@@ -211,96 +205,16 @@ def _wake_line(wake: dict[str, float], clients: int) -> str:
         else "none woken"
     )
     empty = f"; {wake['empty']:.0f} answered empty when their 30 s ran out" if wake["empty"] else ""
-    return provenance.text(
+    poll = provenance.text(
         "sync", "poll", clients=clients, woken=woken, empty=empty, idle_cpu=wake["idle_cpu"] * 100
     )
-
-
-def _share(runs: list[Run]) -> float:
-    """The median share of a core a pass had: CPU time over wall time."""
-    return statistics.median(run.cpu / run.seconds for run in runs)
-
-
-def _stream_rows(
-    exports: list[Run], streams: dict[str, list[Run]], size: int, idle: int
-) -> list[list[str]]:
-    export_seconds = statistics.median(run.seconds for run in exports)
-    export_cpu = statistics.median(run.cpu for run in exports)
-    rows = [
-        ["`leasestar export` to /dev/null", f"{size / export_seconds / 1e6:,.0f} MB/s", "1.00x",
-         "", f"{export_cpu:.2f} s", "1.00x", f"{_share(exports):.0%}", f"{size / 1e6:,.0f} MB",
-         "", ""],
-    ]  # fmt: skip
-    for encoding, runs in streams.items():
-        seconds = statistics.median(run.seconds for run in runs)
-        # Each round's stream against that round's export: paired, so a load that came
-        # and went during the run weighs on both sides of a ratio.
-        paired = statistics.median(
-            export.seconds / run.seconds for export, run in zip(exports, runs, strict=True)
-        )
-        cpu = statistics.median(run.cpu for run in runs)
-        # The stream's own memory: over the server's RSS just before it (the server's
-        # columnar copy, built once, is not the stream's).
-        peak = max(run.peak_kib - run.before_kib for run in runs)
-        highest = max(run.peak_kib for run in runs)
-        rows.append(
-            [f"stream, `Accept-Encoding: {encoding}`", f"{size / seconds / 1e6:,.0f} MB/s",
-             f"{export_seconds / seconds:.2f}x", f"{paired:.2f}x", f"{cpu:.2f} s",
-             f"{export_cpu / cpu:.2f}x", f"{_share(runs):.0%}", f"{runs[-1].wire / 1e6:,.0f} MB",
-             f"{peak / 1024:,.0f} MB", f"{(highest - idle) / 1024:,.0f} MB"]
-        )  # fmt: skip
-    return rows
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="100,000 rows, 200 clients")
-    parser.add_argument(
-        "--rounds", type=int, default=5, help="export and streams taken in turn (default 5)"
-    )
-    args = parser.parse_args()
-    harness.raise_priority()
-    rows, clients = (100_000, 200) if args.quick else (1_000_000, 500)
-    db = databases.ensure_database(rows)
-    export_bytes = _export_bytes(db)
-    load_before = provenance.loadavg()
-    started = time.monotonic()
-    exports, streams, idle = _alternate(db, args.rounds)
-    minutes = (time.monotonic() - started) / 60
-    load_after = provenance.loadavg()
-    poll_db = harness.WORK / "sync-long-poll.db"
-    with sqlite3.connect(db) as source, sqlite3.connect(poll_db) as target:
-        source.backup(target)
-    poll_token = databases.create_token(poll_db, "poll")
-    with harness.leasestar_server("sync-poll", poll_db, {"LEASESTAR_LOG_FORMAT": "off"}) as server:
-        wake = asyncio.run(_wake_up(server, poll_db, poll_token, clients))
-    for suffix in ("", "-wal", "-shm"):
-        Path(f"{poll_db}{suffix}").unlink(missing_ok=True)
-    command = "python benchmarks/sync.py" + "".join(f" {arg}" for arg in sys.argv[1:])
     section = provenance.section(
-        "sync",
-        provenance.table(
-            "| what | bytes/s | vs export | vs export, paired | CPU | vs export, CPU "
-            "| share of a core | on the wire | server RSS peak over its RSS before the stream "
-            "| over its RSS at start |",
-            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
-            _stream_rows(exports, streams, export_bytes, idle),
-        ),
-        _wake_line(wake, clients),
-        command=command,
-        commit=provenance.git_commit(),
-        when=provenance.now(),
-        rows=rows,
-        machine=provenance.describe_machine(),
-        rounds=args.rounds,
-        minutes=minutes,
-        load_before=load_before,
-        load_after=load_after,
-        server_core=harness.SERVER_CORE,
-        client_core=harness.CLIENT_CORE,
-    )
-    print(section)
-    provenance.write_section(section)
+        "sync", _stream_table(exports, streams, export_bytes, idle), poll,
+        command=provenance.command(), rows=rows, rounds=args.rounds, minutes=minutes,
+        load_before=load_before, load_after=load_after, server_core=SERVER_CORE,
+        client_core=CLIENT_CORE,
+    )  # fmt: skip
+    provenance.publish(section, outputs.results_md)
 
 
 if __name__ == "__main__":

@@ -1,21 +1,6 @@
-"""Loopback webhook receivers for `benchmarks/webhooks.py`: N small HTTP servers in one
-process, each answering every POST with 200 and recording what arrived.
-
-A receiver must not be what limits the sender, so each is an asyncio protocol over
-httptools (uvicorn's C parser) on uvloop, keep-alive, answering from a constant: a
-`http.server` one (tests/webhooks/receiver.py) takes a thread per connection and
-about as long per request as the sender does. Per request it records the arrival
-(`time.time()`, the clock the benchmark stamps commits with), the event's change
-sequence and id; the headers and body of a sample of requests are kept whole so that
-the benchmark can verify their signatures.
-
-    python benchmarks/webhook_receivers.py COUNT
-
-prints one line of JSON, the ports (127.0.0.1), then serves until SIGTERM or SIGINT.
-`GET /arrivals` on a receiver's port answers its record as NDJSON lines
-`[arrived, change_seq, event_id]`; `GET /samples` the kept requests as JSON
-`[{"headers": {...}, "body": "..."}]`; `GET /count` how many POSTs it has had.
-"""
+"""Loopback webhook receivers for webhooks.py: `webhook_receivers.py N` prints N ports and
+serves until SIGTERM, recording each POST's arrival; an asyncio protocol over httptools on
+uvloop, so that a receiver is not what limits the sender."""
 
 from __future__ import annotations
 
@@ -47,8 +32,6 @@ _decode_head = msgspec.json.Decoder(_Head).decode
 
 @dataclass
 class Record:
-    """What one receiver was sent."""
-
     arrivals: list[tuple[float, int, str]] = field(default_factory=list)
     samples: list[dict[str, object]] = field(default_factory=list)
 
