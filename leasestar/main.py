@@ -16,6 +16,7 @@ from litestar.openapi.spec import Components, License, SecurityScheme
 from litestar.types import ASGIApp
 
 from leasestar import __version__
+from leasestar.allocator import keep_freed_memory
 from leasestar.applicants.changes import ChangeWatcher
 from leasestar.applicants.controller import ApplicantController
 from leasestar.applicants.cursors import CursorCodec
@@ -182,4 +183,5 @@ def create_app(settings: Settings | None = None, *, direct_route: bool = True) -
 def create_app_from_env() -> Litestar:
     """Factory for `uvicorn --factory`: settings from `LEASESTAR_*` variables."""
     die_with_supervisor()
+    keep_freed_memory()  # a server's worker: its pages' buffers stay in its heap
     return create_app(Settings.from_env())
