@@ -1,9 +1,11 @@
 """The floors a case is measured against: its page read and assembled with sqlite3 in a
-loop on the server's core, and the bare HTTP server. Method: sections.toml, RESULTS.md."""
+loop on the server's core, and a bare Litestar app answering its bytes under the same
+uvicorn. Method: sections.toml, RESULTS.md."""
 
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 import time
 from collections.abc import Callable, Iterator
@@ -14,14 +16,32 @@ import harness
 from cases import Case
 from databases import read_only
 from harness import BENCH, SERVER_CORE, UVICORN, on_core
+from litestar import Litestar, MediaType, Response, get
+from litestar.handlers import HTTPRouteHandler
 
 from leasestar.applicants.bodies import BodyDecoder
+
+
+def _fixed(path: str, body: bytes) -> HTTPRouteHandler:
+    @get(path, media_type=MediaType.JSON, name=path)
+    async def answer() -> Response[bytes]:
+        return Response(content=body, media_type=MediaType.JSON)
+
+    return answer
+
+
+def create_floor_app() -> Litestar:
+    """`GET /floor/<case>` answers `$BENCH_FLOOR_DIR/<case>.json`, `/floor/tiny` `{}`."""
+    folder = Path(os.environ["BENCH_FLOOR_DIR"])
+    handlers = [_fixed("/floor/tiny", b"{}")]
+    handlers += [_fixed(f"/floor/{f.stem}", f.read_bytes()) for f in sorted(folder.glob("*.json"))]
+    return Litestar(route_handlers=handlers)
 
 
 def floor_server(bodies: Path, work: Path) -> contextlib.AbstractContextManager[harness.Server]:
     # `leasestar serve` runs uvicorn.run(factory=True, workers=1, log_level="info",
     # access_log=False) with uvicorn's default loop and HTTP parser: the same here.
-    command = [str(UVICORN), "floor_app:create_floor_app", "--factory", "--app-dir", str(BENCH)]
+    command = [str(UVICORN), "floors:create_floor_app", "--factory", "--app-dir", str(BENCH)]
     command += ["--host", "127.0.0.1", "--port", "{port}", "--workers", "1"]
     command += ["--log-level", "info", "--no-access-log"]
     env = {"BENCH_FLOOR_DIR": str(bodies)}

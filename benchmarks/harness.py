@@ -216,13 +216,20 @@ def rss_kib(pid: int) -> int:
     raise RuntimeError(f"no VmRSS for {pid}")
 
 
-def serving_pid(pid: int) -> int:
-    """`pid`, or the one worker it forked and waits for (leasestar/supervision.py)."""
+def children(pid: int) -> list[int]:
+    """The live processes `pid` forked (leasestar/supervision.py's workers)."""
     forked = []
     for stat in Path("/proc").glob("[0-9]*/stat"):
         with contextlib.suppress(OSError):  # (a process that ended meanwhile)
-            if stat.read_text().rpartition(")")[2].split()[1] == str(pid):
+            state, parent = stat.read_text().rpartition(")")[2].split()[:2]
+            if parent == str(pid) and state != "Z":
                 forked.append(int(stat.parent.name))
+    return sorted(forked)
+
+
+def serving_pid(pid: int) -> int:
+    """`pid`, or the one worker it forked and waits for."""
+    forked = children(pid)
     return forked[0] if len(forked) == 1 else pid
 
 

@@ -19,7 +19,6 @@ from typing import Any
 
 import databases
 import harness
-import msgspec
 import provenance
 from harness import LEASESTAR, say
 
@@ -34,17 +33,10 @@ def import_files(count: int, work: Path) -> tuple[Path, Path]:
     """A: `count` new applicants (seed 501: no key of the seeded data); B: A with `notes`
     changed, so that importing A, B, A, ... rewrites every row."""
     first, second = work / f"import-{count}-a.ndjson", work / f"import-{count}-b.ndjson"
-    if first.exists() and second.exists():
-        return first, second
-    from leasestar.seed.generator import synthetic_applicants
-
-    say(f"writing two import files of {count:,} applicants")
-    encoder = msgspec.json.Encoder()
-    with first.open("wb") as out_a, second.open("wb") as out_b:
-        for record in synthetic_applicants(count, seed=501):
-            out_a.write(encoder.encode(record) + b"\n")
-            changed = msgspec.structs.replace(record, notes=f"soak rewrite of {record.x_id}")
-            out_b.write(encoder.encode(changed) + b"\n")
+    if not (first.exists() and second.exists()):
+        say(f"writing two import files of {count:,} applicants")
+        first.write_bytes(databases.ndjson(count, 501))
+        second.write_bytes(databases.ndjson(count, 501, "soak rewrite of"))
     return first, second
 
 

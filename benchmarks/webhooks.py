@@ -24,14 +24,12 @@ from pathlib import Path
 
 import databases
 import harness
-import msgspec
 import provenance
 from harness import CLIENT_CORE, LEASESTAR, WrkTarget, percentile, say
 from standardwebhooks.webhooks import Webhook
 
 from leasestar.applicants.pipeline import import_ndjson
 from leasestar.database import open_for_write
-from leasestar.seed.generator import synthetic_applicants
 from leasestar.webhooks.subscriptions import create_subscription, revoke_subscription
 
 SIGNING = ("standard", "standard", "propexo")
@@ -119,15 +117,6 @@ def change_seq(db: Path) -> int:
         return int(connection.execute("SELECT change_seq FROM sync_state").fetchone()[0])
 
 
-def changed_lines(count: int, mark: str) -> bytes:
-    """The first `count` seeded records with `notes` changed to `mark`."""
-    encode = msgspec.json.Encoder().encode
-    return b"".join(
-        encode(msgspec.structs.replace(record, notes=f"{mark} {record.x_id}")) + b"\n"
-        for record in synthetic_applicants(count, seed=0)
-    )
-
-
 def timed_import(db: Path, file: Path) -> tuple[float, float]:
     """`leasestar import`'s seconds, and its CPU seconds (which other work moves least)."""
     started, cpu = time.monotonic(), harness.children_cpu()
@@ -172,7 +161,7 @@ def delivered(
 
 def steady_imports(db: Path, rows: int, seconds: int) -> list[float]:
     """`rows` changed records imported in this process every second; each import's seconds."""
-    lines = changed_lines(rows * seconds, "steady").splitlines(True)
+    lines = databases.ndjson(rows * seconds, 0, "steady").splitlines(True)
     took = []
     connection = open_for_write(db)
     try:
@@ -216,8 +205,8 @@ def main() -> None:
     token = databases.create_token(db, "webhooks")
     file_a, file_b = here / "changed-a.ndjson", here / "changed-b.ndjson"
     say(f"writing two files of {args.changed:,} changed records")
-    file_a.write_bytes(changed_lines(args.changed, "webhook bench A"))
-    file_b.write_bytes(changed_lines(args.changed, "webhook bench B"))
+    file_a.write_bytes(databases.ndjson(args.changed, 0, "webhook bench A"))
+    file_b.write_bytes(databases.ndjson(args.changed, 0, "webhook bench B"))
     with (
         receiving(len(SIGNING)) as receivers,
         harness.leasestar_server("webhooks", db, WEBHOOK_ENV, work=here) as server,
