@@ -70,8 +70,8 @@ format: install
 ## while it applies a 100,000-row import.
 bench: install
 	$(BIN)/python benchmarks/run.py $(BENCH_ARGS)
-	case "$(BENCH_ARGS)" in *--smoke*|*--quick*) ;; *) $(BIN)/python benchmarks/rate_limit_cost.py \
-		&& $(BIN)/python benchmarks/fairness.py && $(BIN)/python benchmarks/sync.py \
+	case "$(BENCH_ARGS)" in *--smoke*|*--quick*) ;; *) $(BIN)/python benchmarks/fairness.py \
+		&& $(BIN)/python benchmarks/sync.py \
 		&& $(BIN)/python benchmarks/databases.py && $(BIN)/python benchmarks/webhooks.py ;; esac
 	$(BIN)/python benchmarks/replicas.py $(BENCH_ARGS)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import http.client
 import json
+import math
 import os
 import re
 import resource
@@ -19,7 +20,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -203,10 +204,10 @@ def wait_until(
         time.sleep(every)
 
 
-def percentile(values: list[float], fraction: float) -> float:
-    """The value at `fraction` of the sorted values, by the nearest index."""
+def percentile(values: Iterable[float], fraction: float) -> float:
+    """By nearest rank: with fewer than 100 values p99 is the largest (none: NaN)."""
     ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(fraction * (len(ordered) - 1)))]
+    return ordered[max(0, math.ceil(fraction * len(ordered)) - 1)] if ordered else math.nan
 
 
 def rss_kib(pid: int) -> int:

@@ -141,6 +141,7 @@ def table(header: str, align: str, rows: Iterable[Sequence[object]]) -> str:
 def section(key: str, *blocks: str, name: str | None = None, **fields: Any) -> str:
     """Section `name` (default `key`): its title and `intro`, then the non-empty `blocks`."""
     fields = {"when": now(), "commit": git_commit(), "machine": describe_machine(), **fields}
+    fields.setdefault("command", command())
     name = name or key
     heading = "## " + text(key, "title", **fields)
     parts = [heading, text(key, "intro", **fields), *(b for b in blocks if b)]

@@ -210,7 +210,7 @@ def main() -> None:
     )
     section = provenance.section(
         "sync", _stream_table(exports, streams, export_bytes, idle), poll,
-        command=provenance.command(), rows=rows, rounds=args.rounds, minutes=minutes,
+        rows=rows, rounds=args.rounds, minutes=minutes,
         load_before=load_before, load_after=load_after, server_core=SERVER_CORE,
         client_core=CLIENT_CORE,
     )  # fmt: skip

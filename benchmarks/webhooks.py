@@ -296,7 +296,7 @@ def main() -> None:
         ),
         name="webhooks" if (args.rows, args.changed) == (1_000_000, 100_000) else
         f"webhooks-{args.rows}-{args.changed}",
-        command=provenance.command(), load=load, rows=args.rows, changed=args.changed,
+        load=load, rows=args.rows, changed=args.changed,
         slice=args.slice, steady_rows=args.steady_rows, steady_seconds=args.steady_seconds,
         verified=verified, poll_ms=POLL_SECONDS * 1000,
     )  # fmt: skip
