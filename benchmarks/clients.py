@@ -222,9 +222,8 @@ def _database(result: ClientsResult) -> str:
     found = "; ".join(result.notes) if result.notes else "all as expected."
     return "\n\n".join([
         f"### {result.rows:,} applicants ({result.cursors:,} distinct cursor pages)",
-        table("| case | req/s | p50 ms | p99 ms | wire B/resp | ratio | against |",
-              "|---|---:|---:|---:|---:|---:|---|", rows),
-        table("| target (issue 15) | measured | needs | verdict |", "|---|---:|---:|---|", targets),
+        table(text("clients", "columns"), rows),
+        table(text("clients", "target_columns"), targets),
         text("clients", "encodings", browser=BROWSER, found=found),
     ])  # fmt: skip
 

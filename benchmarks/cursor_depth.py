@@ -183,9 +183,7 @@ def walk(db: Path, rows: int, base: str, token: str, settings: Settings) -> Walk
 def markdown(result: Walk, command: str) -> str:
     errors = sum(case.measured.errors for case in result.cases if case.measured)
     pages = table(
-        "| ordering | page | position | req/s | p50 ms | p90 ms | p99 ms | body B "
-        "| p50 x first page |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
+        text("cursors", "columns"),
         (
             [f"`{case.ordering.name}`", case.label, f"{case.position:,}",
              f"{case.measured.rps:,.0f}", f"{case.p50:.2f}", f"{case.latency(90):.2f}",

@@ -169,7 +169,7 @@ def main() -> None:
         per_row = (objects.get(name, 0) / n for n, _, _, objects, _ in found)
         rows.append([f"`{name}`, B per applicant", *(f"{value:,.0f}" for value in per_row)])
     header = "| | " + " | ".join(f"{n:,} applicants" for n, *_ in found) + " |"
-    table = provenance.table(header, "|---|" + "---:|" * len(found), rows)
+    table = provenance.table(header + "\n|---|" + "---:|" * len(found), rows)
     provenance.publish(provenance.section("storage-size", table), outputs.results_md)
 
 

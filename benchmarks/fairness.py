@@ -194,10 +194,7 @@ def report(
     return provenance.section(
         "fairness",
         provenance.table(
-            "| `--token-concurrency` | light requests per phase | p50 alone ms | p99 alone ms "
-            "| p50 with heavy ms | p99 with heavy ms | p99 ratio | heavy sent | heavy 200 "
-            "| heavy 429 | heavy p50 s (200s) |",
-            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+            provenance.text("fairness", "columns"),
             (variant.row() for variant in variants),
         ),
         rows=rows, rounds=rounds, seconds=seconds, minutes=took / 60, load_before=load,
@@ -260,9 +257,7 @@ def rate_limit_cost(db: Path, seconds: int, slices: int, pairs: int, rows: int, 
     return provenance.section(
         "rate-limit",
         provenance.table(
-            "| case | off req/s | off CPU us/req | rate limit req/s | its cost | its CPU "
-            "us/req | with the cap req/s | its cost | its CPU us/req |",
-            "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+            provenance.text("rate-limit", "columns"),
             rows_out,
         ),
         provenance.text("rate-limit", "busy") if busy else "",

@@ -305,8 +305,7 @@ def _database(result: MatrixResult) -> str:
     by_key = {(c.ordering, c.kind): c for c in result.combinations}
     orderings = dict.fromkeys(c.ordering for c in result.combinations)
     grid = table(
-        "| order-by | " + " | ".join(KINDS) + " |",
-        "|---|" + "---:|" * len(KINDS),
+        "| order-by | " + " | ".join(KINDS) + " |\n|---|" + "---:|" * len(KINDS),
         ([f"`{o}`", *(_cell(by_key[o, kind]) for kind in KINDS)] for o in orderings),
     )
     samples = (s for c in result.combinations for s in c.samples)

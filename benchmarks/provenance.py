@@ -133,9 +133,9 @@ def text(key: str, part: str, **fields: Any) -> str:
     return "\n\n".join(kept).format(**fields)
 
 
-def table(header: str, align: str, rows: Iterable[Sequence[object]]) -> str:
-    lines = [header, align, *("| " + " | ".join(str(c) for c in row) + " |" for row in rows)]
-    return "\n".join(lines)
+def table(header: str, rows: Iterable[Sequence[object]]) -> str:
+    """`header` (a table's first two lines: a `columns` text of sections.toml), a line a row."""
+    return "\n".join([header, *("| " + " | ".join(str(c) for c in row) + " |" for row in rows)])
 
 
 def section(key: str, *blocks: str, name: str | None = None, **fields: Any) -> str:

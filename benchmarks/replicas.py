@@ -328,10 +328,7 @@ def _report(
     )
     return provenance.section(
         "edge-replicas",
-        provenance.table(
-            "| case | primary | replica | replica / primary | primary meanwhile | "
-            "replica applying | applying / primary |", "|---|---|---|---|---|---|---|", rows,
-        ),
+        provenance.table(provenance.text("edge-replicas", "columns"), rows),
         name="edge-replicas" if args.rows == 100_000 else f"edge-replicas-{args.rows}",
         rows=args.rows, load=provenance.loadavg(), imports=len(lags.served),
         import_rows=IMPORT_ROWS, lag_load=lags.load, poll_ms=POLL_SECONDS * 1000,
