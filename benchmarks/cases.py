@@ -14,7 +14,7 @@ from typing import Any, Protocol
 import databases
 import harness
 from databases import read_only
-from harness import WORK, WrkTarget, http_get, say
+from harness import WORK, WrkTarget, get_ok, say
 
 SCOPED_INTEGRATION = "int_mri_01"
 # wrk stops with requests in flight, which the server still answers (a zstd page up to
@@ -209,9 +209,7 @@ def check_body(db: Path, case: Case, body: bytes) -> list[str]:
 
 def served_once(base: str, dataset: Dataset, case: Case) -> tuple[bytes, list[str]]:
     url = base + case.path + (dataset.facts.ids[0] if case.by_id else "")
-    status, body = http_get(url, dataset.tokens[case.scoped])
-    if status != 200:
-        raise RuntimeError(f"{case.key}: HTTP {status}: {body[:300]!r}")
+    body = get_ok(url, dataset.tokens[case.scoped])
     problems = check_body(dataset.db, case, body)
     for problem in problems:
         say(f"  !! {problem}")

@@ -121,9 +121,7 @@ def build_cases(db: Path, rows: int) -> list[Case]:
 
 def check_case(base: str, token: str, case: Case) -> None:
     """The served page is the SQL page at that position, with a next cursor."""
-    status, raw = harness.http_get(base + case.path, token)
-    if status != 200:
-        raise RuntimeError(f"{case.label}: HTTP {status}: {raw[:300]!r}")
+    raw = harness.get_ok(base + case.path, token)
     body = json.loads(raw)
     served = [record["id"] for record in body["results"]]
     if served != case.expected_ids:

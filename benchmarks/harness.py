@@ -288,6 +288,14 @@ def http_get(url: str, token: str | None = None, timeout: float = 60) -> tuple[i
         return int(error.code), error.read()
 
 
+def get_ok(url: str, token: str | None = None, timeout: float = 60) -> bytes:
+    """The body of a GET that must answer 200: anything else fails the run."""
+    status, body = http_get(url, token, timeout)
+    if status != 200:
+        raise RuntimeError(f"{url}: HTTP {status}: {body[:300]!r}")
+    return body
+
+
 class KeepAlive:
     """One keep-alive connection; each `get` timed from request to the body's last byte
     (http.client: the lightest client at hand, its own cost out of the latency)."""

@@ -38,13 +38,13 @@ def _change_seq(connection: sqlite3.Connection) -> int:
     return int(connection.execute("SELECT change_seq FROM sync_state").fetchone()[0])
 
 
-def _total(server: str | KeepAlive, token: str, timeout: float = 600) -> int:
+def _total(server: str | KeepAlive, token: str) -> int:
     if isinstance(server, KeepAlive):
         status, _, body, _ = server.get("/v1/applicants?limit=1", token)
+        if status != 200:
+            raise RuntimeError(f"HTTP {status}: {body[:200]!r}")
     else:
-        status, body = harness.http_get(f"{server}/v1/applicants?limit=1", token, timeout=timeout)
-    if status != 200:
-        raise RuntimeError(f"HTTP {status}: {body[:200]!r}")
+        body = harness.get_ok(f"{server}/v1/applicants?limit=1", token, timeout=600)
     return int(json.loads(body)["meta"]["total"])
 
 
