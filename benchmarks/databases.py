@@ -101,6 +101,14 @@ def copy_database(source: Path, target: Path) -> Path:
     return target
 
 
+def change_seq(db: Path | sqlite3.Connection) -> int:
+    """The last committed change's sequence (a connection kept open where it is polled)."""
+    if isinstance(db, sqlite3.Connection):
+        return int(db.execute("SELECT change_seq FROM sync_state").fetchone()[0])
+    with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as connection:
+        return change_seq(connection)
+
+
 def first_ids(db: Path, count: int, file: Path | None = None) -> list[str]:
     """The first `count` ids of the table (written one a line to `file`, for wrk.lua)."""
     with contextlib.closing(read_only(db)) as conn:

@@ -99,7 +99,7 @@ def watching(db: Path) -> Iterator[list[tuple[float, int]]]:
     def watch(stop: threading.Event) -> None:
         with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as conn:
             while not stop.is_set():
-                (seq,) = conn.execute("SELECT change_seq FROM sync_state").fetchone()
+                seq = databases.change_seq(conn)
                 if not moves or moves[-1][1] != seq:
                     moves.append((time.time(), int(seq)))
                 time.sleep(POLL_SECONDS)
@@ -110,11 +110,6 @@ def watching(db: Path) -> Iterator[list[tuple[float, int]]]:
 
 def committed_at(moves: list[tuple[float, int]], change_seq: int) -> float:
     return next(seen for seen, seq in moves if seq >= change_seq)
-
-
-def change_seq(db: Path) -> int:
-    with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as connection:
-        return int(connection.execute("SELECT change_seq FROM sync_state").fetchone()[0])
 
 
 def timed_import(db: Path, file: Path) -> tuple[float, float]:
@@ -219,10 +214,10 @@ def main() -> None:
                 create_subscription(connection, receivers.url(index), signing=signing)
                 for index, signing in enumerate(SIGNING)
             ]
-        before = change_seq(db)
+        before = databases.change_seq(db)
         say("import B, three subscribers")
         import_on = timed_import(db, file_b)
-        through = change_seq(db)
+        through = databases.change_seq(db)
         say("list req/s while delivering")
         harness.get_ok(list_url, token, 600)
         expected = [args.changed] * len(SIGNING)
@@ -241,9 +236,9 @@ def main() -> None:
         for _ in range(args.idle_slices):
             idle.run(args.slice)
         say(f"steady: {args.steady_rows} changed a second for {args.steady_seconds} s")
-        steady_from = change_seq(db)
+        steady_from = databases.change_seq(db)
         took = steady_imports(db, args.steady_rows, args.steady_seconds)
-        steady_through = change_seq(db)
+        steady_through = databases.change_seq(db)
         steady_events = args.steady_rows * args.steady_seconds
         receivers.wait_delivered([n + steady_events for n in expected], "steady phase")
         steady = delivered(receivers, watch, steady_from, steady_through, steady_events)
@@ -276,22 +271,18 @@ def main() -> None:
             "webhooks", "table", off=off, off_cpu=off_cpu, on=on, on_cpu=on_cpu,
             imports_off=", ".join(f"{wall:.1f} s ({cpu:.1f} s CPU)" for wall, cpu in imports_off),
             speed=off / on, cpu_speed=off_cpu / on_cpu, burst_seconds=burst_seconds,
-            burst_deliveries=burst.deliveries, burst_duplicates=burst.duplicates,
-            burst_rate=burst.deliveries / burst_seconds,
+            burst=burst, steady=steady, burst_rate=burst.deliveries / burst_seconds,
             burst_rate_each=burst.deliveries / burst_seconds / len(SIGNING), unloaded=unloaded,
             burst_p50=percentile(burst.latencies, 0.5), burst_p99=percentile(burst.latencies, 0.99),
             steady_p50=percentile(steady.latencies, 0.5) * ms,
             steady_p99=percentile(steady.latencies, 0.99) * ms,
-            steady_deliveries=steady.deliveries, steady_duplicates=steady.duplicates,
             steady_lag=steady_lag * ms, steady_import=statistics.median(took) * ms,
             idle=f"{calm.rps:,.0f}" if calm else "-", idle_slices=len(idle.slices),
             while_delivering=while_delivering,
         ),
         name="webhooks" if (args.rows, args.changed) == (1_000_000, 100_000) else
         f"webhooks-{args.rows}-{args.changed}",
-        load=load, rows=args.rows, changed=args.changed,
-        slice=args.slice, steady_rows=args.steady_rows, steady_seconds=args.steady_seconds,
-        verified=verified, poll_ms=POLL_SECONDS * 1000,
+        load=load, args=args, verified=verified, poll_ms=POLL_SECONDS * 1000,
     )  # fmt: skip
     provenance.publish(section, outputs.results_md)
 
