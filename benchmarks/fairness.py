@@ -112,10 +112,9 @@ def heavy_sender(base: str, token: str, paths: list[str], go: Event, stop: Event
 
 def light_slice(base: str, token: str, paths: list[str], seconds: float) -> list[float]:
     """LIGHT_RATE requests a second for `seconds` on one connection: each one's ms."""
-    client = harness.KeepAlive(base)
     latencies: list[float] = []
     started = time.perf_counter()
-    try:
+    with contextlib.closing(harness.KeepAlive(base)) as client:
         while time.perf_counter() - started < seconds:
             status, _, _, elapsed = client.get(paths[len(latencies) % len(paths)], token)
             if status != 200:
@@ -123,8 +122,6 @@ def light_slice(base: str, token: str, paths: list[str], seconds: float) -> list
             latencies.append(elapsed * 1000)
             due = started + len(latencies) / LIGHT_RATE
             time.sleep(max(due - time.perf_counter(), 0))
-    finally:
-        client.close()
     return latencies
 
 

@@ -216,38 +216,34 @@ def measure(base: str, db: Path, domain: Domain, settings: MatrixSettings) -> Ma
     )
     problems: list[str] = []
     dropped: set[tuple[str, str]] = set()
-    client = KeepAlive(base)
-    try:
-        with on_core(CLIENT_CORE):
-            # A server's first broad filter waits for its columnar copy's first read (seconds
-            # at 1M rows, once per start): timed apart, the matrix measures it running.
-            first_started = time.monotonic()
-            status, _, body, _ = client.get(FIRST_REQUEST, rounds[0][0].token)
-            first = time.monotonic() - first_started
-            if status != 200:
-                problems.append(f"{FIRST_REQUEST}: HTTP {status}: {body[:200]!r}")
-            say(f"  the first request (the columnar copy's first read): {first:.1f} s")
-            started = time.monotonic()
-            for index, round_ in enumerate(rounds):
-                if index >= settings.min_rounds:
-                    if time.monotonic() - started > settings.budget_seconds:
-                        break
-                    if index == settings.min_rounds:
-                        dropped = {key for key, c in combinations.items() if c.p50 > SLOW_MS}
-                        if dropped:
-                            say(f"  {len(dropped)} combinations over {SLOW_MS:.0f} ms: no more")
-                for request in round_:
-                    key = request.ordering, request.kind
-                    if key in dropped:
-                        continue
-                    status, _, body, seconds = client.get(request.path, request.token)
-                    combinations[key].samples.append(
-                        Sample(request, seconds * 1000, status, _total(body))
-                    )
-                    if status != 200 and len(problems) < 10:
-                        problems.append(f"{request.shown()}: HTTP {status}: {body[:200]!r}")
-    finally:
-        client.close()
+    with contextlib.closing(KeepAlive(base)) as client, on_core(CLIENT_CORE):
+        # A server's first broad filter waits for its columnar copy's first read (seconds
+        # at 1M rows, once per start): timed apart, the matrix measures it running.
+        first_started = time.monotonic()
+        status, _, body, _ = client.get(FIRST_REQUEST, rounds[0][0].token)
+        first = time.monotonic() - first_started
+        if status != 200:
+            problems.append(f"{FIRST_REQUEST}: HTTP {status}: {body[:200]!r}")
+        say(f"  the first request (the columnar copy's first read): {first:.1f} s")
+        started = time.monotonic()
+        for index, round_ in enumerate(rounds):
+            if index >= settings.min_rounds:
+                if time.monotonic() - started > settings.budget_seconds:
+                    break
+                if index == settings.min_rounds:
+                    dropped = {key for key, c in combinations.items() if c.p50 > SLOW_MS}
+                    if dropped:
+                        say(f"  {len(dropped)} combinations over {SLOW_MS:.0f} ms: no more")
+            for request in round_:
+                key = request.ordering, request.kind
+                if key in dropped:
+                    continue
+                status, _, body, seconds = client.get(request.path, request.token)
+                combinations[key].samples.append(
+                    Sample(request, seconds * 1000, status, _total(body))
+                )
+                if status != 200 and len(problems) < 10:
+                    problems.append(f"{request.shown()}: HTTP {status}: {body[:200]!r}")
     seconds = time.monotonic() - started
     found = list(combinations.values())
     checked = check_totals(db, found, settings.checks, problems)

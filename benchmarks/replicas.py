@@ -155,8 +155,7 @@ def measure_lag(
             (new_id,) = watcher.execute(
                 "SELECT id FROM applicants WHERE change_seq > ? LIMIT 1", (before_seq,)
             ).fetchone()
-            polls = KeepAlive(replica, timeout=600)
-            try:
+            with contextlib.closing(KeepAlive(replica, timeout=600)) as polls:
                 record = f"/v1/applicants/{new_id}"
                 shipped, followed, served, size = _follow_import(
                     polls, record, token, (store, in_store_before), replica_db
@@ -167,8 +166,6 @@ def measure_lag(
                         600, "the replica did not count it within 600 s", POLL_SECONDS,
                     )  # fmt: skip
                     lags.counted.append(time.monotonic() - committed)
-            finally:
-                polls.close()
             seeding.wait(timeout=60)
             if number == 0:
                 lags.first_after_start = served - committed

@@ -127,12 +127,9 @@ async def _wake_up(server: harness.Server, db: Path, token: str, clients: int) -
     await asyncio.sleep(5)
     idle_cpu = (harness.cpu_seconds(server.pid) - cpu_before) / 5
     record = msgspec.json.decode(body, type=Applicant)
-    writer = open_for_write(db)
-    try:
+    with contextlib.closing(open_for_write(db)) as writer:
         write_records(writer, [msgspec.structs.replace(record, first_name="Woken")])
         committed = time.perf_counter()
-    finally:
-        writer.close()
     await asyncio.gather(*tasks)
     latencies = sorted(moment - committed for moment in done) or [float("nan")]
     p99 = latencies[max(0, int(len(latencies) * 0.99) - 1)]

@@ -268,8 +268,7 @@ def steady_imports(db: Path, rows: int, seconds: int) -> list[float]:
     """`rows` changed records imported in this process every second; each import's seconds."""
     lines = databases.ndjson(rows * seconds, 0, "steady").splitlines(True)
     took = []
-    connection = open_for_write(db)
-    try:
+    with contextlib.closing(open_for_write(db)) as connection:
         started = time.monotonic()
         for second in range(seconds):
             these = lines[second * rows : (second + 1) * rows]
@@ -277,8 +276,6 @@ def steady_imports(db: Path, rows: int, seconds: int) -> list[float]:
             began = time.monotonic()
             import_ndjson(connection, io.BytesIO(b"".join(these)))
             took.append(time.monotonic() - began)
-    finally:
-        connection.close()
     return took
 
 
