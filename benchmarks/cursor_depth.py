@@ -39,11 +39,6 @@ class Ordering:
     def name(self) -> str:
         return self.order_by or "created_at:desc (default)"
 
-    @property
-    def prefix(self) -> str:
-        """Of its cases' keys: none for the default ordering, whose keys predate the rest."""
-        return "" if self.order_by is None else self.order_by.replace(":", "_") + "_"
-
 
 ORDERINGS = (
     Ordering(None, "ORDER BY created_at DESC, id DESC"),
@@ -65,10 +60,6 @@ class Case:
     body_bytes: int = 0
     target: WrkTarget | None = None  # its slices, once measured
     measured: harness.Measured | None = None  # ...merged
-
-    @property
-    def key(self) -> str:
-        return self.ordering.prefix + self.kind
 
     def latency(self, percentile: float) -> float:
         """The median of the slices' latencies at `percentile`, in ms."""
@@ -157,7 +148,7 @@ def walk(db: Path, rows: int, base: str, token: str, settings: Settings) -> Walk
     cases = build_cases(db, rows)
     for case in cases:
         check_case(base, token, case)
-        case.target = WrkTarget(case.key, base + case.path, token)
+        case.target = WrkTarget(f"{case.ordering.name} {case.kind}", base + case.path, token)
     targets = [case.target for case in cases if case.target]
 
     def progress(index: int) -> None:

@@ -5,6 +5,7 @@ uvicorn. Method: sections.toml, RESULTS.md."""
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import re
 import time
@@ -59,7 +60,7 @@ class InProcessFloor:
         # them is part of the least work a page takes.
         self._bodies = BodyDecoder.of(self._conn)
         self._ids = ids
-        self._picks: Iterator[str] = iter(())
+        self._picks: Iterator[str] = itertools.cycle(ids)
         # The meta object of the served body, spliced exactly as served.
         head = b'{"meta":' + body[len(b'{"meta":') : body.index(b',"results":')] + b',"results":'
         if case.by_id:
@@ -139,25 +140,18 @@ class InProcessFloor:
     def _by_id_variants(self, head: bytes) -> dict[str, Callable[[], bytes]]:
         def by_id_blob() -> bytes:
             (blob,) = self._conn.execute(
-                "SELECT CAST(body AS BLOB) FROM applicants WHERE id = ?", (self._next_id(),)
+                "SELECT CAST(body AS BLOB) FROM applicants WHERE id = ?", (next(self._picks),)
             ).fetchone()
             return b"".join((head, self._bodies.decode(blob), b"}"))
 
         return {"row, blob": by_id_blob}
 
     def _trial(self, produce: Callable[[], bytes], body: bytes) -> float:
-        self._picks = iter(())  # by id: the first id is the one whose body was served
+        self._picks = itertools.cycle(self._ids)  # by id: the first id's body was served
         if produce() != body:
             raise RuntimeError(f"{self.name}: a floor variant differs from the served body")
         calls, elapsed = loop(produce, 0.15)
         return calls / elapsed
-
-    def _next_id(self) -> str:
-        try:
-            return next(self._picks)
-        except StopIteration:
-            self._picks = iter(self._ids)
-            return next(self._picks)
 
     def run(self, seconds: float) -> None:
         with on_core(SERVER_CORE):

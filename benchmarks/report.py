@@ -164,9 +164,6 @@ def markdown(report: dict[str, Any], run: Run, targets: list[Target]) -> str:
         "**Correctness problems seen during the run**: " + "; ".join(notes) if notes else "",
         # Hand-written analysis of a run (profile, misses, suggestions): kept with the figures.
         NOTES.read_text().rstrip("\n") if NOTES.exists() else "",
-        **{**report, **report["settings"],
-           "machine": ", ".join(f"{k} {v}" for k, v in report["machine"].items()),
-           "versions": ", ".join(f"{k} {v}" for k, v in report["versions"].items())},
-        server_env=", ".join(f"`{k}={v}`" for k, v in SERVER_ENV.items()),
+        **report, server_env=", ".join(f"`{k}={v}`" for k, v in SERVER_ENV.items()),
         server_core=SERVER_CORE, client_core=CLIENT_CORE, connections=CONNECTIONS,
     )  # fmt: skip
