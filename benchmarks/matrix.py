@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import math
 import random
 import sys
 import time
@@ -19,7 +18,7 @@ import databases
 import harness
 import provenance
 from cases import iso
-from harness import CLIENT_CORE, SERVER_CORE, KeepAlive, on_core, say
+from harness import CLIENT_CORE, SERVER_CORE, KeepAlive, on_core, percentile, say
 from provenance import section, table, text
 
 from leasestar.client.records import SORTABLE_FIELDS
@@ -148,13 +147,6 @@ def rounds_of(domain: Domain, settings: MatrixSettings) -> list[list[Request]]:
     return rounds
 
 
-def nearest_rank(ordered: list[float], percentile: float) -> float:
-    """By nearest rank: with fewer than 100 values p99 is the largest (none: NaN)."""
-    if not ordered:
-        return float("nan")
-    return ordered[max(0, math.ceil(percentile / 100 * len(ordered)) - 1)]
-
-
 @dataclass
 class Sample:
     request: Request = field(repr=False)
@@ -171,15 +163,15 @@ class Combination:
 
     @property
     def latencies(self) -> list[float]:
-        return sorted(s.ms for s in self.samples if s.status == 200)
+        return [s.ms for s in self.samples if s.status == 200]
 
     @property
     def p50(self) -> float:
-        return nearest_rank(self.latencies, 50)
+        return percentile(self.latencies, 0.5)
 
     @property
     def p99(self) -> float:
-        return nearest_rank(self.latencies, 99)
+        return percentile(self.latencies, 0.99)
 
 
 @dataclass
@@ -194,7 +186,7 @@ class MatrixResult:
 
     @property
     def p99_all(self) -> float:
-        return nearest_rank(sorted(ms for c in self.combinations for ms in c.latencies), 99)
+        return percentile((ms for c in self.combinations for ms in c.latencies), 0.99)
 
     @property
     def worst(self) -> Combination:
