@@ -210,11 +210,18 @@ def percentile(values: Iterable[float], fraction: float) -> float:
     return ordered[max(0, math.ceil(fraction * len(ordered)) - 1)] if ordered else math.nan
 
 
+def proc_kib(pid: int, file: str = "status") -> dict[str, int]:
+    """The fields in kB of `/proc/PID/FILE` (status, smaps_rollup)."""
+    found = {}
+    for line in Path(f"/proc/{pid}/{file}").read_text().splitlines():
+        name, _, value = line.partition(":")
+        if value.endswith(" kB"):
+            found[name] = int(value.split()[0])
+    return found
+
+
 def rss_kib(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1])
-    raise RuntimeError(f"no VmRSS for {pid}")
+    return proc_kib(pid)["VmRSS"]
 
 
 def children(pid: int) -> list[int]:
@@ -226,12 +233,6 @@ def children(pid: int) -> list[int]:
             if parent == str(pid) and state != "Z":
                 forked.append(int(stat.parent.name))
     return sorted(forked)
-
-
-def serving_pid(pid: int) -> int:
-    """`pid`, or the one worker it forked and waits for."""
-    forked = children(pid)
-    return forked[0] if len(forked) == 1 else pid
 
 
 @contextlib.contextmanager
@@ -365,7 +366,9 @@ def server(
 
         try:
             wait_until(answers, wait, f"{name} did not answer in {wait:.0f} s; see {log_path}")
-            running.pid = serving_pid(process.pid)
+            # The server's, or the one worker it forked and waits for.
+            forked = children(process.pid)
+            running.pid = forked[0] if len(forked) == 1 else process.pid
             yield running
         finally:
             if process.poll() is None:

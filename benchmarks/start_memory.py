@@ -34,12 +34,8 @@ START_TIMEOUT = 600.0
 
 def memory_of(pid: int) -> dict[str, int]:
     """The smaps_rollup fields of `pid`, in MB: the worker's, not only the supervisor's."""
-    found: dict[str, int] = {}
-    for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines()[1:]:
-        name, _, value = line.partition(":")
-        if name in MEMORY_FIELDS:
-            found[name] = int(value.split()[0]) // 1024
-    return found
+    fields = harness.proc_kib(pid, "smaps_rollup")
+    return {name: kib // 1024 for name, kib in fields.items() if name in MEMORY_FIELDS}
 
 
 def drop_caches() -> None:
