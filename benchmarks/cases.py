@@ -36,7 +36,6 @@ class Settings:
     warmup: int
     inprocess_seconds: float
     offsets: dict[int, tuple[float, ...]]  # offset depths (fractions of rows) per size
-    quick: bool
     cursors: bool  # cursor walks at 10/50/90% depth of the big database (issue 7)
     cursor_pages: int  # distinct cursor pages collected for the clients' cursor walk
     pool: bool = True  # issue 2's question, one read connection or a pool (settled: not quick)
@@ -68,12 +67,11 @@ class Settings:
 
 
 FULL = Settings(
-    (SMALL, BIG), 5, 2, 3, 2.0, {SMALL: (0.1, 0.25, 0.5, 0.75), BIG: (0.25, 0.5, 0.75)},
-    False, True, 3_000,
-)  # fmt: skip
-QUICK = Settings((SMALL,), 3, 1, 1, 0.75, {SMALL: (0.1, 0.5)}, True, False, 500, False)
+    (SMALL, BIG), 5, 2, 3, 2.0, {SMALL: (0.1, 0.25, 0.5, 0.75), BIG: (0.25, 0.5, 0.75)}, True, 3_000
+)
+QUICK = Settings((SMALL,), 3, 1, 1, 0.75, {SMALL: (0.1, 0.5)}, False, 500, False)
 # `--smoke DIR`: every step of a full run, on small databases, in about two minutes.
-SMOKE = Settings((2_000, 10_000), 1, 1, 1, 0.2, {2_000: (0.5,), 10_000: (0.5,)}, False, True, 100)
+SMOKE = Settings((2_000, 10_000), 1, 1, 1, 0.2, {2_000: (0.5,), 10_000: (0.5,)}, True, 100)
 
 
 @dataclass(frozen=True)
