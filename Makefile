@@ -61,7 +61,7 @@ format: install
 ## their sections of RESULTS.md.
 ## Then (full runs only) the sync stream against export at 1M and 500 long polls (issue 13,
 ## benchmarks/sync.py), and the database's size against its export, per table and index
-## (issue 15.4, benchmarks/storage_size.py), and webhooks (issue 28.6,
+## (issue 15.4, benchmarks/databases.py), and webhooks (issue 28.6,
 ## benchmarks/webhooks.py, ~10 minutes): an import of 100,000 changed records into 1M with
 ## three loopback subscribers against webhooks off, its delivery, the commit-to-first-attempt
 ## latency of steady imports, and list req/s while it delivers.
@@ -70,9 +70,9 @@ format: install
 ## while it applies a 100,000-row import.
 bench: install
 	$(BIN)/python benchmarks/run.py $(BENCH_ARGS)
-	case "$(BENCH_ARGS)" in *--smoke*|*--quick*) ;; *) $(BIN)/python benchmarks/rate_limit_cost.py \
-		&& $(BIN)/python benchmarks/fairness.py && $(BIN)/python benchmarks/sync.py \
-		&& $(BIN)/python benchmarks/storage_size.py && $(BIN)/python benchmarks/webhooks.py ;; esac
+	case "$(BENCH_ARGS)" in *--smoke*|*--quick*) ;; *) $(BIN)/python benchmarks/fairness.py \
+		&& $(BIN)/python benchmarks/sync.py \
+		&& $(BIN)/python benchmarks/databases.py && $(BIN)/python benchmarks/webhooks.py ;; esac
 	$(BIN)/python benchmarks/replicas.py $(BENCH_ARGS)
 
 ## Render /schema in headless Chromium (installed from Debian if missing) against a real

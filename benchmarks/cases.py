@@ -14,7 +14,7 @@ from typing import Any, Protocol
 import databases
 import harness
 from databases import read_only
-from harness import WORK, WrkTarget, http_get, say
+from harness import WORK, WrkTarget, get_ok, say
 
 SCOPED_INTEGRATION = "int_mri_01"
 # wrk stops with requests in flight, which the server still answers (a zstd page up to
@@ -36,7 +36,6 @@ class Settings:
     warmup: int
     inprocess_seconds: float
     offsets: dict[int, tuple[float, ...]]  # offset depths (fractions of rows) per size
-    quick: bool
     cursors: bool  # cursor walks at 10/50/90% depth of the big database (issue 7)
     cursor_pages: int  # distinct cursor pages collected for the clients' cursor walk
     pool: bool = True  # issue 2's question, one read connection or a pool (settled: not quick)
@@ -68,12 +67,11 @@ class Settings:
 
 
 FULL = Settings(
-    (SMALL, BIG), 5, 2, 3, 2.0, {SMALL: (0.1, 0.25, 0.5, 0.75), BIG: (0.25, 0.5, 0.75)},
-    False, True, 3_000,
-)  # fmt: skip
-QUICK = Settings((SMALL,), 3, 1, 1, 0.75, {SMALL: (0.1, 0.5)}, True, False, 500, False)
+    (SMALL, BIG), 5, 2, 3, 2.0, {SMALL: (0.1, 0.25, 0.5, 0.75), BIG: (0.25, 0.5, 0.75)}, True, 3_000
+)
+QUICK = Settings((SMALL,), 3, 1, 1, 0.75, {SMALL: (0.1, 0.5)}, False, 500, False)
 # `--smoke DIR`: every step of a full run, on small databases, in about two minutes.
-SMOKE = Settings((2_000, 10_000), 1, 1, 1, 0.2, {2_000: (0.5,), 10_000: (0.5,)}, False, True, 100)
+SMOKE = Settings((2_000, 10_000), 1, 1, 1, 0.2, {2_000: (0.5,), 10_000: (0.5,)}, True, 100)
 
 
 @dataclass(frozen=True)
@@ -209,9 +207,7 @@ def check_body(db: Path, case: Case, body: bytes) -> list[str]:
 
 def served_once(base: str, dataset: Dataset, case: Case) -> tuple[bytes, list[str]]:
     url = base + case.path + (dataset.facts.ids[0] if case.by_id else "")
-    status, body = http_get(url, dataset.tokens[case.scoped])
-    if status != 200:
-        raise RuntimeError(f"{case.key}: HTTP {status}: {body[:300]!r}")
+    body = get_ok(url, dataset.tokens[case.scoped])
     problems = check_body(dataset.db, case, body)
     for problem in problems:
         say(f"  !! {problem}")

@@ -3,6 +3,7 @@ first page, compressed walks against identity, get by id against its floor."""
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 import random
@@ -94,8 +95,7 @@ def cursors_file(base: str, dataset: Dataset, pages: int, work: Path) -> tuple[P
     chooser = random.Random(SEED + dataset.rows)
     token = dataset.tokens[False]
     found: dict[str, None] = {}
-    client = KeepAlive(base)
-    try:
+    with contextlib.closing(KeepAlive(base)) as client:
         for _ in range(max(1, pages // WALK)):
             path = f"/v1/applicants?offset={chooser.randint(0, max(0, dataset.rows - LIMIT))}"
             for _ in range(WALK + 1):
@@ -108,8 +108,6 @@ def cursors_file(base: str, dataset: Dataset, pages: int, work: Path) -> tuple[P
                 if not meta.get("hasMore") or not meta.get("next"):
                     break
                 path = "/v1/applicants?" + urllib.parse.urlencode({"cursor": meta["next"]})
-    finally:
-        client.close()
     file = work / f"distinct-cursors-{dataset.rows}.txt"
     file.write_text("".join(f"{path}\n" for path in found))
     return file, len(found)
@@ -120,8 +118,7 @@ def check_encodings(base: str, dataset: Dataset) -> list[str]:
     token = dataset.tokens[False]
     path = f"/v1/applicants?offset={dataset.rows // 3}"
     problems = []
-    client = KeepAlive(base)
-    try:
+    with contextlib.closing(KeepAlive(base)) as client:
         _, _, identity, _ = client.get(path, token)
         for offered, expected in (*((e, e) for e in ENCODINGS), (BROWSER, "gzip")):
             status, headers, body, _ = client.get(path, token, {"Accept-Encoding": offered})
@@ -130,8 +127,6 @@ def check_encodings(base: str, dataset: Dataset) -> list[str]:
                 problems.append(f"Accept-Encoding {offered!r}: {status}, {chosen}, not {expected}")
             elif DECODERS[chosen](body) != identity:
                 problems.append(f"Accept-Encoding {offered!r}: decoded body differs from identity")
-    finally:
-        client.close()
     return problems
 
 
@@ -222,9 +217,8 @@ def _database(result: ClientsResult) -> str:
     found = "; ".join(result.notes) if result.notes else "all as expected."
     return "\n\n".join([
         f"### {result.rows:,} applicants ({result.cursors:,} distinct cursor pages)",
-        table("| case | req/s | p50 ms | p99 ms | wire B/resp | ratio | against |",
-              "|---|---:|---:|---:|---:|---:|---|", rows),
-        table("| target (issue 15) | measured | needs | verdict |", "|---|---:|---:|---|", targets),
+        table(text("clients", "columns"), rows),
+        table(text("clients", "target_columns"), targets),
         text("clients", "encodings", browser=BROWSER, found=found),
     ])  # fmt: skip
 

@@ -39,11 +39,6 @@ class Ordering:
     def name(self) -> str:
         return self.order_by or "created_at:desc (default)"
 
-    @property
-    def prefix(self) -> str:
-        """Of its cases' keys: none for the default ordering, whose keys predate the rest."""
-        return "" if self.order_by is None else self.order_by.replace(":", "_") + "_"
-
 
 ORDERINGS = (
     Ordering(None, "ORDER BY created_at DESC, id DESC"),
@@ -65,10 +60,6 @@ class Case:
     body_bytes: int = 0
     target: WrkTarget | None = None  # its slices, once measured
     measured: harness.Measured | None = None  # ...merged
-
-    @property
-    def key(self) -> str:
-        return self.ordering.prefix + self.kind
 
     def latency(self, percentile: float) -> float:
         """The median of the slices' latencies at `percentile`, in ms."""
@@ -121,9 +112,7 @@ def build_cases(db: Path, rows: int) -> list[Case]:
 
 def check_case(base: str, token: str, case: Case) -> None:
     """The served page is the SQL page at that position, with a next cursor."""
-    status, raw = harness.http_get(base + case.path, token)
-    if status != 200:
-        raise RuntimeError(f"{case.label}: HTTP {status}: {raw[:300]!r}")
+    raw = harness.get_ok(base + case.path, token)
     body = json.loads(raw)
     served = [record["id"] for record in body["results"]]
     if served != case.expected_ids:
@@ -159,7 +148,7 @@ def walk(db: Path, rows: int, base: str, token: str, settings: Settings) -> Walk
     cases = build_cases(db, rows)
     for case in cases:
         check_case(base, token, case)
-        case.target = WrkTarget(case.key, base + case.path, token)
+        case.target = WrkTarget(f"{case.ordering.name} {case.kind}", base + case.path, token)
     targets = [case.target for case in cases if case.target]
 
     def progress(index: int) -> None:
@@ -183,9 +172,7 @@ def walk(db: Path, rows: int, base: str, token: str, settings: Settings) -> Walk
 def markdown(result: Walk, command: str) -> str:
     errors = sum(case.measured.errors for case in result.cases if case.measured)
     pages = table(
-        "| ordering | page | position | req/s | p50 ms | p90 ms | p99 ms | body B "
-        "| p50 x first page |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
+        text("cursors", "columns"),
         (
             [f"`{case.ordering.name}`", case.label, f"{case.position:,}",
              f"{case.measured.rps:,.0f}", f"{case.p50:.2f}", f"{case.latency(90):.2f}",

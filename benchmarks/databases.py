@@ -1,21 +1,28 @@
 """The benchmarks' databases: `WORK/applicants-N.db`, seeded once with `leasestar seed
---count N --seed 0` and reused while schema and generator match; tokens, copies, readers."""
+--count N --seed 0` and reused while schema and generator match; tokens, copies, readers.
+`python benchmarks/databases.py`: their size against their export (issue 15.4)."""
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import hashlib
 import os
 import sqlite3
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
+import msgspec
+import provenance
 from harness import LEASESTAR, say
 from provenance import ROOT, WORK, shown
 
+from leasestar.applicants.records import Applicant
 from leasestar.database import READ_PRAGMAS
+from leasestar.seed.generator import synthetic_applicants
 
 
 def read_only(path: Path) -> sqlite3.Connection:
@@ -29,10 +36,7 @@ def read_only(path: Path) -> sqlite3.Connection:
 def data_fingerprint() -> str:
     """The schema, the page size and the generator's output (not its source: a faster
     generator making the same records costs no reseed of a million rows)."""
-    import msgspec
-
     from leasestar.database import PAGE_SIZE
-    from leasestar.seed.generator import synthetic_applicants
 
     digest = hashlib.sha256((ROOT / "schema.sql").read_bytes())
     digest.update(b"page size %d" % PAGE_SIZE)  # a new database's: the file's layout
@@ -97,6 +101,14 @@ def copy_database(source: Path, target: Path) -> Path:
     return target
 
 
+def change_seq(db: Path | sqlite3.Connection) -> int:
+    """The last committed change's sequence (a connection kept open where it is polled)."""
+    if isinstance(db, sqlite3.Connection):
+        return int(db.execute("SELECT change_seq FROM sync_state").fetchone()[0])
+    with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as connection:
+        return change_seq(connection)
+
+
 def first_ids(db: Path, count: int, file: Path | None = None) -> list[str]:
     """The first `count` ids of the table (written one a line to `file`, for wrk.lua)."""
     with contextlib.closing(read_only(db)) as conn:
@@ -115,3 +127,59 @@ def create_token(db: Path, purpose: str, *integrations: str) -> str:
     if done.returncode != 0:
         raise RuntimeError(f"leasestar token create --name {name}: {done.stderr.strip()}")
     return done.stdout.strip().splitlines()[-1]
+
+
+def ndjson(count: int, seed: int, changed: str = "") -> bytes:
+    """`count` generated records, one a line; `changed`: their `notes` set to it and their
+    `x_id`, so that importing them rewrites every row."""
+    encode = msgspec.json.Encoder().encode
+
+    def line(record: Applicant) -> bytes:
+        if changed:
+            record = msgspec.structs.replace(record, notes=f"{changed} {record.x_id}")
+        return encode(record) + b"\n"
+
+    return b"".join(line(record) for record in synthetic_applicants(count, seed=seed))
+
+
+def storage_size(db: Path) -> tuple[int, int, dict[str, int], float]:
+    """(file bytes, export bytes, table or index -> bytes of its pages, largest first, the
+    mean bytes of a stored body, compressed: leasestar/applicants/bodies.py)."""
+    with contextlib.closing(sqlite3.connect(db)) as connection:
+        connection.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+    with tempfile.TemporaryDirectory(dir=db.parent) as scratch:
+        out = Path(scratch) / "export.ndjson"
+        command = [str(LEASESTAR), "export", "--db", str(db), str(out)]
+        subprocess.run(command, check=True, capture_output=True)
+        exported = out.stat().st_size
+    with contextlib.closing(read_only(db)) as connection:
+        sql = "SELECT name, sum(pgsize) FROM dbstat GROUP BY name ORDER BY 2 DESC"
+        objects = {str(name): int(size) for name, size in connection.execute(sql)}
+        sql = "SELECT avg(length(CAST(body AS BLOB))) FROM applicants"
+        (body,) = connection.execute(sql).fetchone()
+    return db.stat().st_size, exported, objects, float(body or 0)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="the databases against their export")
+    smoke = {"rows": [2_000, 10_000]}
+    args, outputs = provenance.options(parser, smoke, rows=[100_000, 1_000_000], out="--results")
+    found = [(n, *storage_size(ensure_database(n, outputs.work))) for n in args.rows]
+    rows = [
+        ["database file, MB", *(f"{size / 1e6:,.0f}" for _, size, *_ in found)],
+        ["export, MB", *(f"{exported / 1e6:,.0f}" for _, _, exported, *_ in found)],
+        ["database / export", *(f"{size / exported:.2f}x" for _, size, exported, *_ in found)],
+        ["database, B per applicant", *(f"{size / n:,.0f}" for n, size, *_ in found)],
+        ["export, B per applicant", *(f"{out / n:,.0f}" for n, _, out, *_ in found)],
+        ["stored body (mean), B", *(f"{body:,.0f}" for *_, body in found)],
+    ]
+    for name in found[-1][3]:
+        per_row = (objects.get(name, 0) / n for n, _, _, objects, _ in found)
+        rows.append([f"`{name}`, B per applicant", *(f"{value:,.0f}" for value in per_row)])
+    header = "| | " + " | ".join(f"{n:,} applicants" for n, *_ in found) + " |"
+    table = provenance.table(header + "\n|---|" + "---:|" * len(found), rows)
+    provenance.publish(provenance.section("storage-size", table), outputs.results_md)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,6 +1,8 @@
-"""No token can starve the rest (issue 17.5): a light token's latency alone and while a
-heavy token, from a process of its own, sends its allowance of the most expensive request;
-one server per `--token-concurrency`. Method: sections.toml, RESULTS.md."""
+"""The rate limit's cases (sections rate-limit and fairness of RESULTS.md, their method in
+sections.toml): what the shared limit costs a request (issue 11), servers alike but for
+their limit in interleaved slices; and that no token starves the rest (issue 17.5), a
+light token's latency alone and while a heavy one sends its allowance of the costliest
+request, one server per `--token-concurrency`."""
 
 from __future__ import annotations
 
@@ -8,7 +10,9 @@ import argparse
 import contextlib
 import http.client
 import multiprocessing
+import os
 import random
+import statistics
 import threading
 import time
 import urllib.parse
@@ -23,8 +27,22 @@ import databases
 import harness
 import provenance
 from cases import iso
+from harness import percentile
 
-ROWS = 100_000
+# Far beyond any run: every request is counted, none refused.
+NO_REFUSAL = "999999999/day"
+# Every server alike but for its limit: no access log, one hash seed (two servers with
+# the limit off were 7-28 % apart with random seeds, within 3 % in 10 of 14 with seed 0);
+# the limit off (the per-token cap too), the shared limit alone, and with the default
+# per-token cap, which one token's 16 connections meet (they queue).
+SAME_PROCESS = {"LEASESTAR_LOG_FORMAT": "off", "PYTHONHASHSEED": "0"}
+COST_SERVERS: dict[str, dict[str, str]] = {
+    "rate limit off": {"LEASESTAR_RATE_LIMIT": "off", **SAME_PROCESS},
+    "shared rate limit": {
+        "LEASESTAR_RATE_LIMIT": NO_REFUSAL, "LEASESTAR_TOKEN_CONCURRENCY": "off", **SAME_PROCESS
+    },
+    "with the per-token cap": {"LEASESTAR_RATE_LIMIT": NO_REFUSAL, **SAME_PROCESS},
+}  # fmt: skip
 LIGHT_RATE = 8  # requests a second, under the light token's own 600 a minute
 HEAVY_RATE = 10  # the heavy token's full allowance: 600 a minute
 HEAVY_OUTSTANDING = 32
@@ -94,10 +112,9 @@ def heavy_sender(base: str, token: str, paths: list[str], go: Event, stop: Event
 
 def light_slice(base: str, token: str, paths: list[str], seconds: float) -> list[float]:
     """LIGHT_RATE requests a second for `seconds` on one connection: each one's ms."""
-    client = harness.KeepAlive(base)
     latencies: list[float] = []
     started = time.perf_counter()
-    try:
+    with contextlib.closing(harness.KeepAlive(base)) as client:
         while time.perf_counter() - started < seconds:
             status, _, _, elapsed = client.get(paths[len(latencies) % len(paths)], token)
             if status != 200:
@@ -105,14 +122,7 @@ def light_slice(base: str, token: str, paths: list[str], seconds: float) -> list
             latencies.append(elapsed * 1000)
             due = started + len(latencies) / LIGHT_RATE
             time.sleep(max(due - time.perf_counter(), 0))
-    finally:
-        client.close()
     return latencies
-
-
-def percentile(values: list[float], p: float) -> float:
-    ordered = sorted(values)
-    return ordered[max(0, min(len(ordered) - 1, round(p / 100 * len(ordered)) - 1))]
 
 
 @dataclass
@@ -125,15 +135,15 @@ class Variant:
     def row(self) -> list[str]:
         statuses = sum((Counter(h.statuses) for h in self.heavy), Counter[int]())
         served = [ms for h in self.heavy for ms in h.served_ms]
-        ratio = percentile(self.loaded, 99) / percentile(self.alone, 99)
+        ratio = percentile(self.loaded, 0.99) / percentile(self.alone, 0.99)
         sent, skipped = sum(h.sent for h in self.heavy), sum(h.skipped for h in self.heavy)
         phases = (self.alone, self.loaded)
         return [
             self.concurrency, str(len(self.alone)),
-            *(f"{percentile(values, p):.2f}" for values in phases for p in (50, 99)),
+            *(f"{percentile(values, p):.2f}" for values in phases for p in (0.5, 0.99)),
             f"**{ratio:.2f}x** {'✅' if ratio <= 2 else '❌'}", f"{sent:,} ({skipped:,} not sent)",
             f"{statuses[200]:,}", f"{statuses[429]:,}",
-            f"{percentile(served, 50) / 1000 if served else 0:.2f}",
+            f"{percentile(served, 0.5) / 1000 if served else 0:.2f}",
         ]  # fmt: skip
 
 
@@ -170,8 +180,8 @@ def measure(variant: Variant, db: Path, rounds: int, seconds: float, work: Path)
             process.join(timeout=30)
             harness.say(
                 f"concurrency {variant.concurrency}, round {number + 1}: light p99 alone "
-                f"{percentile(variant.alone, 99):.2f} ms, with heavy "
-                f"{percentile(variant.loaded, 99):.2f} ms"
+                f"{percentile(variant.alone, 0.99):.2f} ms, with heavy "
+                f"{percentile(variant.loaded, 0.99):.2f} ms"
             )
 
 
@@ -181,10 +191,7 @@ def report(
     return provenance.section(
         "fairness",
         provenance.table(
-            "| `--token-concurrency` | light requests per phase | p50 alone ms | p99 alone ms "
-            "| p50 with heavy ms | p99 with heavy ms | p99 ratio | heavy sent | heavy 200 "
-            "| heavy 429 | heavy p50 s (200s) |",
-            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+            provenance.text("fairness", "columns"),
             (variant.row() for variant in variants),
         ),
         rows=rows, rounds=rounds, seconds=seconds, minutes=took / 60, load_before=load,
@@ -193,17 +200,90 @@ def report(
     )  # fmt: skip
 
 
+def rate_limit_cost(db: Path, seconds: int, slices: int, pairs: int, rows: int, work: Path) -> str:
+    token = databases.create_token(db, "rate-limit")
+    ids_file = work / "rate-limit-ids.txt"
+    ids = databases.first_ids(db, 10_000, ids_file)
+    started, load = time.monotonic(), provenance.loadavg()
+    cases = (
+        ("list default", "/v1/applicants", None),
+        ("get by random id", f"/v1/applicants/{ids[0]}", ids_file),
+    )
+    # case -> one target per server (COST_SERVERS' order) for each set of servers
+    runs: dict[str, list[list[harness.WrkTarget]]] = {case: [] for case, _, _ in cases}
+    for pair in range(pairs):
+        # Fresh servers each set: two started alike differ by up to 20 % for as long as they
+        # live, more than the cost measured; over several sets that averages out.
+        with contextlib.ExitStack() as stack:
+            servers = {}
+            for n, (name, env) in enumerate(COST_SERVERS.items()):
+                server = harness.leasestar_server(f"rate-limit-{pair}-{n}", db, env, work=work)
+                servers[name] = stack.enter_context(server)
+            for case, path, ids_for in cases:
+                targets = [
+                    harness.WrkTarget(name, s.base + path, token, ids_for, pid=s.pid)
+                    for name, s in servers.items()
+                ]
+                harness.interleave(targets, slices, seconds, 1, order="rotate", start=pair)
+                runs[case].append(targets)
+                harness.say(
+                    f"set {pair + 1}/{pairs}, {case}: "
+                    + ", ".join(f"{t.name} {t.measured().rps:,.0f}" for t in targets)
+                )
+    rows_out: list[list[str]] = []
+    for case, sets in runs.items():
+        off_rps = statistics.fmean(one[0].measured().rps for one in sets)
+        off_cpu = statistics.fmean(one[0].cpu_us_per_request() for one in sets)
+        cells = [f"{off_rps:,.0f}", f"{off_cpu:.0f}"]
+        for number, name in enumerate(list(COST_SERVERS)[1:], 1):
+            costs = [1 - one[number].measured().rps / one[0].measured().rps for one in sets]
+            cpu_costs = [
+                one[number].cpu_us_per_request() / one[0].cpu_us_per_request() - 1 for one in sets
+            ]
+            rps = statistics.fmean(one[number].measured().rps for one in sets)
+            cpu = statistics.fmean(one[number].cpu_us_per_request() for one in sets)
+            cost, cpu_cost = statistics.fmean(costs), statistics.fmean(cpu_costs)
+            cost_range = f"{cost:+.1%} ({min(costs):+.1%} to {max(costs):+.1%})"
+            cells += [f"{rps:,.0f}", cost_range, f"{cpu:.0f} ({cpu_cost:+.1%})"]
+            harness.say(
+                f"{case}, {name}: {rps:,.0f} req/s ({cost:+.1%}), {cpu:.0f} us CPU "
+                f"({cpu_cost:+.1%}) against {off_rps:,.0f} req/s, {off_cpu:.0f} us off"
+            )
+        rows_out.append([case, *cells])
+    busy = os.getloadavg()[0] > (os.cpu_count() or 1)
+    return provenance.section(
+        "rate-limit",
+        provenance.table(
+            provenance.text("rate-limit", "columns"),
+            rows_out,
+        ),
+        provenance.text("rate-limit", "busy") if busy else "",
+        rows=rows, no_refusal=NO_REFUSAL, connections=harness.CONNECTIONS, pairs=pairs,
+        slices=slices, seconds=seconds, minutes=(time.monotonic() - started) / 60,
+        load_before=load, load_after=provenance.loadavg(),
+    )  # fmt: skip
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=4, help="rounds per server (default 4)")
-    parser.add_argument("--seconds", type=float, default=20, help="seconds per slice (default 20)")
-    parser.add_argument("--quick", action="store_true", help="2 rounds of 8 s: a look")
-    smoke = {"rows": 2_000, "rounds": 1, "seconds": 3.0}
-    args, outputs = provenance.options(parser, smoke, rows=ROWS)
+    parser.add_argument("--only", choices=("rate-limit", "fairness"), help="one section")
+    parser.add_argument("--slice-seconds", type=int, default=3, help="rate limit's slices")
+    parser.add_argument("--slices", type=int, default=3, help="rate limit's, per server")
+    parser.add_argument("--pairs", type=int, default=4, help="rate limit's sets of servers")
+    parser.add_argument("--rounds", type=int, default=4, help="fairness' rounds per server")
+    parser.add_argument("--seconds", type=float, default=20, help="fairness' phase seconds")
+    parser.add_argument("--quick", action="store_true", help="fairness in 2 rounds of 8 s")
+    smoke = {"rows": 2_000, "slice_seconds": 1, "slices": 1, "pairs": 1, "rounds": 1}
+    args, outputs = provenance.options(parser, {**smoke, "seconds": 3.0}, rows=100_000)
     if args.quick and not args.smoke:
         args.rounds, args.seconds = 2, 8.0
     rows, rounds, seconds = args.rows, args.rounds, args.seconds
     db = databases.ensure_database(rows, outputs.work)
+    if args.only != "fairness":
+        cost = rate_limit_cost(db, args.slice_seconds, args.slices, args.pairs, rows, outputs.work)
+        provenance.publish(cost, outputs.results_md)
+    if args.only == "rate-limit":
+        return 0
     load, started = provenance.loadavg(), time.monotonic()
     variants = [Variant(concurrency) for concurrency in VARIANTS]
     with harness.on_core(harness.CLIENT_CORE):

@@ -1,9 +1,12 @@
 """The floors a case is measured against: its page read and assembled with sqlite3 in a
-loop on the server's core, and the bare HTTP server. Method: sections.toml, RESULTS.md."""
+loop on the server's core, and a bare Litestar app answering its bytes under the same
+uvicorn. Method: sections.toml, RESULTS.md."""
 
 from __future__ import annotations
 
 import contextlib
+import itertools
+import os
 import re
 import time
 from collections.abc import Callable, Iterator
@@ -14,14 +17,32 @@ import harness
 from cases import Case
 from databases import read_only
 from harness import BENCH, SERVER_CORE, UVICORN, on_core
+from litestar import Litestar, MediaType, Response, get
+from litestar.handlers import HTTPRouteHandler
 
 from leasestar.applicants.bodies import BodyDecoder
+
+
+def _fixed(path: str, body: bytes) -> HTTPRouteHandler:
+    @get(path, media_type=MediaType.JSON, name=path)
+    async def answer() -> Response[bytes]:
+        return Response(content=body, media_type=MediaType.JSON)
+
+    return answer
+
+
+def create_floor_app() -> Litestar:
+    """`GET /floor/<case>` answers `$BENCH_FLOOR_DIR/<case>.json`, `/floor/tiny` `{}`."""
+    folder = Path(os.environ["BENCH_FLOOR_DIR"])
+    handlers = [_fixed("/floor/tiny", b"{}")]
+    handlers += [_fixed(f"/floor/{f.stem}", f.read_bytes()) for f in sorted(folder.glob("*.json"))]
+    return Litestar(route_handlers=handlers)
 
 
 def floor_server(bodies: Path, work: Path) -> contextlib.AbstractContextManager[harness.Server]:
     # `leasestar serve` runs uvicorn.run(factory=True, workers=1, log_level="info",
     # access_log=False) with uvicorn's default loop and HTTP parser: the same here.
-    command = [str(UVICORN), "floor_app:create_floor_app", "--factory", "--app-dir", str(BENCH)]
+    command = [str(UVICORN), "floors:create_floor_app", "--factory", "--app-dir", str(BENCH)]
     command += ["--host", "127.0.0.1", "--port", "{port}", "--workers", "1"]
     command += ["--log-level", "info", "--no-access-log"]
     env = {"BENCH_FLOOR_DIR": str(bodies)}
@@ -39,7 +60,7 @@ class InProcessFloor:
         # them is part of the least work a page takes.
         self._bodies = BodyDecoder.of(self._conn)
         self._ids = ids
-        self._picks: Iterator[str] = iter(())
+        self._picks: Iterator[str] = itertools.cycle(ids)
         # The meta object of the served body, spliced exactly as served.
         head = b'{"meta":' + body[len(b'{"meta":') : body.index(b',"results":')] + b',"results":'
         if case.by_id:
@@ -119,25 +140,18 @@ class InProcessFloor:
     def _by_id_variants(self, head: bytes) -> dict[str, Callable[[], bytes]]:
         def by_id_blob() -> bytes:
             (blob,) = self._conn.execute(
-                "SELECT CAST(body AS BLOB) FROM applicants WHERE id = ?", (self._next_id(),)
+                "SELECT CAST(body AS BLOB) FROM applicants WHERE id = ?", (next(self._picks),)
             ).fetchone()
             return b"".join((head, self._bodies.decode(blob), b"}"))
 
         return {"row, blob": by_id_blob}
 
     def _trial(self, produce: Callable[[], bytes], body: bytes) -> float:
-        self._picks = iter(())  # by id: the first id is the one whose body was served
+        self._picks = itertools.cycle(self._ids)  # by id: the first id's body was served
         if produce() != body:
             raise RuntimeError(f"{self.name}: a floor variant differs from the served body")
         calls, elapsed = loop(produce, 0.15)
         return calls / elapsed
-
-    def _next_id(self) -> str:
-        try:
-            return next(self._picks)
-        except StopIteration:
-            self._picks = iter(self._ids)
-            return next(self._picks)
 
     def run(self, seconds: float) -> None:
         with on_core(SERVER_CORE):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import http.client
 import json
+import math
 import os
 import re
 import resource
@@ -19,7 +20,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -203,27 +204,35 @@ def wait_until(
         time.sleep(every)
 
 
-def percentile(values: list[float], fraction: float) -> float:
-    """The value at `fraction` of the sorted values, by the nearest index."""
+def percentile(values: Iterable[float], fraction: float) -> float:
+    """By nearest rank: with fewer than 100 values p99 is the largest (none: NaN)."""
     ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(fraction * (len(ordered) - 1)))]
+    return ordered[max(0, math.ceil(fraction * len(ordered)) - 1)] if ordered else math.nan
+
+
+def proc_kib(pid: int, file: str = "status") -> dict[str, int]:
+    """The fields in kB of `/proc/PID/FILE` (status, smaps_rollup)."""
+    found = {}
+    for line in Path(f"/proc/{pid}/{file}").read_text().splitlines():
+        name, _, value = line.partition(":")
+        if value.endswith(" kB"):
+            found[name] = int(value.split()[0])
+    return found
 
 
 def rss_kib(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1])
-    raise RuntimeError(f"no VmRSS for {pid}")
+    return proc_kib(pid)["VmRSS"]
 
 
-def serving_pid(pid: int) -> int:
-    """`pid`, or the one worker it forked and waits for (leasestar/supervision.py)."""
+def children(pid: int) -> list[int]:
+    """The live processes `pid` forked (leasestar/supervision.py's workers)."""
     forked = []
     for stat in Path("/proc").glob("[0-9]*/stat"):
         with contextlib.suppress(OSError):  # (a process that ended meanwhile)
-            if stat.read_text().rpartition(")")[2].split()[1] == str(pid):
+            state, parent = stat.read_text().rpartition(")")[2].split()[:2]
+            if parent == str(pid) and state != "Z":
                 forked.append(int(stat.parent.name))
-    return forked[0] if len(forked) == 1 else pid
+    return sorted(forked)
 
 
 @contextlib.contextmanager
@@ -278,6 +287,14 @@ def http_get(url: str, token: str | None = None, timeout: float = 60) -> tuple[i
             return int(response.status), response.read()
     except urllib.error.HTTPError as error:
         return int(error.code), error.read()
+
+
+def get_ok(url: str, token: str | None = None, timeout: float = 60) -> bytes:
+    """The body of a GET that must answer 200: anything else fails the run."""
+    status, body = http_get(url, token, timeout)
+    if status != 200:
+        raise RuntimeError(f"{url}: HTTP {status}: {body[:300]!r}")
+    return body
 
 
 class KeepAlive:
@@ -349,7 +366,9 @@ def server(
 
         try:
             wait_until(answers, wait, f"{name} did not answer in {wait:.0f} s; see {log_path}")
-            running.pid = serving_pid(process.pid)
+            # The server's, or the one worker it forked and waits for.
+            forked = children(process.pid)
+            running.pid = forked[0] if len(forked) == 1 else process.pid
             yield running
         finally:
             if process.poll() is None:

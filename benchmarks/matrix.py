@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import math
 import random
 import sys
 import time
@@ -19,7 +18,7 @@ import databases
 import harness
 import provenance
 from cases import iso
-from harness import CLIENT_CORE, SERVER_CORE, KeepAlive, on_core, say
+from harness import CLIENT_CORE, SERVER_CORE, KeepAlive, on_core, percentile, say
 from provenance import section, table, text
 
 from leasestar.client.records import SORTABLE_FIELDS
@@ -148,13 +147,6 @@ def rounds_of(domain: Domain, settings: MatrixSettings) -> list[list[Request]]:
     return rounds
 
 
-def nearest_rank(ordered: list[float], percentile: float) -> float:
-    """By nearest rank: with fewer than 100 values p99 is the largest (none: NaN)."""
-    if not ordered:
-        return float("nan")
-    return ordered[max(0, math.ceil(percentile / 100 * len(ordered)) - 1)]
-
-
 @dataclass
 class Sample:
     request: Request = field(repr=False)
@@ -171,15 +163,15 @@ class Combination:
 
     @property
     def latencies(self) -> list[float]:
-        return sorted(s.ms for s in self.samples if s.status == 200)
+        return [s.ms for s in self.samples if s.status == 200]
 
     @property
     def p50(self) -> float:
-        return nearest_rank(self.latencies, 50)
+        return percentile(self.latencies, 0.5)
 
     @property
     def p99(self) -> float:
-        return nearest_rank(self.latencies, 99)
+        return percentile(self.latencies, 0.99)
 
 
 @dataclass
@@ -194,7 +186,7 @@ class MatrixResult:
 
     @property
     def p99_all(self) -> float:
-        return nearest_rank(sorted(ms for c in self.combinations for ms in c.latencies), 99)
+        return percentile((ms for c in self.combinations for ms in c.latencies), 0.99)
 
     @property
     def worst(self) -> Combination:
@@ -216,38 +208,34 @@ def measure(base: str, db: Path, domain: Domain, settings: MatrixSettings) -> Ma
     )
     problems: list[str] = []
     dropped: set[tuple[str, str]] = set()
-    client = KeepAlive(base)
-    try:
-        with on_core(CLIENT_CORE):
-            # A server's first broad filter waits for its columnar copy's first read (seconds
-            # at 1M rows, once per start): timed apart, the matrix measures it running.
-            first_started = time.monotonic()
-            status, _, body, _ = client.get(FIRST_REQUEST, rounds[0][0].token)
-            first = time.monotonic() - first_started
-            if status != 200:
-                problems.append(f"{FIRST_REQUEST}: HTTP {status}: {body[:200]!r}")
-            say(f"  the first request (the columnar copy's first read): {first:.1f} s")
-            started = time.monotonic()
-            for index, round_ in enumerate(rounds):
-                if index >= settings.min_rounds:
-                    if time.monotonic() - started > settings.budget_seconds:
-                        break
-                    if index == settings.min_rounds:
-                        dropped = {key for key, c in combinations.items() if c.p50 > SLOW_MS}
-                        if dropped:
-                            say(f"  {len(dropped)} combinations over {SLOW_MS:.0f} ms: no more")
-                for request in round_:
-                    key = request.ordering, request.kind
-                    if key in dropped:
-                        continue
-                    status, _, body, seconds = client.get(request.path, request.token)
-                    combinations[key].samples.append(
-                        Sample(request, seconds * 1000, status, _total(body))
-                    )
-                    if status != 200 and len(problems) < 10:
-                        problems.append(f"{request.shown()}: HTTP {status}: {body[:200]!r}")
-    finally:
-        client.close()
+    with contextlib.closing(KeepAlive(base)) as client, on_core(CLIENT_CORE):
+        # A server's first broad filter waits for its columnar copy's first read (seconds
+        # at 1M rows, once per start): timed apart, the matrix measures it running.
+        first_started = time.monotonic()
+        status, _, body, _ = client.get(FIRST_REQUEST, rounds[0][0].token)
+        first = time.monotonic() - first_started
+        if status != 200:
+            problems.append(f"{FIRST_REQUEST}: HTTP {status}: {body[:200]!r}")
+        say(f"  the first request (the columnar copy's first read): {first:.1f} s")
+        started = time.monotonic()
+        for index, round_ in enumerate(rounds):
+            if index >= settings.min_rounds:
+                if time.monotonic() - started > settings.budget_seconds:
+                    break
+                if index == settings.min_rounds:
+                    dropped = {key for key, c in combinations.items() if c.p50 > SLOW_MS}
+                    if dropped:
+                        say(f"  {len(dropped)} combinations over {SLOW_MS:.0f} ms: no more")
+            for request in round_:
+                key = request.ordering, request.kind
+                if key in dropped:
+                    continue
+                status, _, body, seconds = client.get(request.path, request.token)
+                combinations[key].samples.append(
+                    Sample(request, seconds * 1000, status, _total(body))
+                )
+                if status != 200 and len(problems) < 10:
+                    problems.append(f"{request.shown()}: HTTP {status}: {body[:200]!r}")
     seconds = time.monotonic() - started
     found = list(combinations.values())
     checked = check_totals(db, found, settings.checks, problems)
@@ -305,8 +293,7 @@ def _database(result: MatrixResult) -> str:
     by_key = {(c.ordering, c.kind): c for c in result.combinations}
     orderings = dict.fromkeys(c.ordering for c in result.combinations)
     grid = table(
-        "| order-by | " + " | ".join(KINDS) + " |",
-        "|---|" + "---:|" * len(KINDS),
+        "| order-by | " + " | ".join(KINDS) + " |\n|---|" + "---:|" * len(KINDS),
         ([f"`{o}`", *(_cell(by_key[o, kind]) for kind in KINDS)] for o in orderings),
     )
     samples = (s for c in result.combinations for s in c.samples)

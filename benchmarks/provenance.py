@@ -90,31 +90,24 @@ def git_commit() -> str:
     )
 
 
-def write_section(section: str, path: Path = RESULTS_MD) -> None:
-    """Replace the section between its BEGIN and END lines, every other byte kept (or
-    append it)."""
+def publish(section: str, path: Path | None = RESULTS_MD) -> None:
+    """Print a section; at `path`, replace it between its BEGIN and END lines, every other
+    byte kept (or append it)."""
+    print(section)
+    if path is None:
+        return
     lines = section.strip("\n").splitlines()
     begin, end = lines[0], lines[-1]
     if not (begin.startswith("<!-- BEGIN ") and end.startswith("<!-- END ")):
         raise ValueError("a section starts with <!-- BEGIN x --> and ends with <!-- END x -->")
-    section = "\n".join(lines)
     text = path.read_text() if path.exists() else "# Benchmark results\n"
     if begin in text and end in text:
-        start = text.index(begin)
-        stop = text.index(end) + len(end)
-        text = text[:start] + section + text[stop:]
+        text = text[: text.index(begin)] + "\n".join(lines) + text[text.index(end) + len(end) :]
     else:
-        text = text.rstrip("\n") + "\n\n" + section + "\n"
+        text = text.rstrip("\n") + "\n\n" + "\n".join(lines) + "\n"
     path.write_text(text)
-
-
-def publish(section: str, path: Path | None = RESULTS_MD) -> None:
-    """Print a section, and write it into the RESULTS.md at `path` (None: print only)."""
-    print(section)
-    if path is not None:
-        write_section(section, path)
-        name = section.split("\n", 1)[0].removeprefix("<!-- BEGIN ").removesuffix(" -->")
-        print(f"wrote the {name} section of {shown(path)}", file=sys.stderr)
+    name = begin.removeprefix("<!-- BEGIN ").removesuffix(" -->")
+    print(f"wrote the {name} section of {shown(path)}", file=sys.stderr)
 
 
 def now() -> str:
@@ -133,14 +126,15 @@ def text(key: str, part: str, **fields: Any) -> str:
     return "\n\n".join(kept).format(**fields)
 
 
-def table(header: str, align: str, rows: Iterable[Sequence[object]]) -> str:
-    lines = [header, align, *("| " + " | ".join(str(c) for c in row) + " |" for row in rows)]
-    return "\n".join(lines)
+def table(header: str, rows: Iterable[Sequence[object]]) -> str:
+    """`header` (a table's first two lines: a `columns` text of sections.toml), a line a row."""
+    return "\n".join([header, *("| " + " | ".join(str(c) for c in row) + " |" for row in rows)])
 
 
 def section(key: str, *blocks: str, name: str | None = None, **fields: Any) -> str:
     """Section `name` (default `key`): its title and `intro`, then the non-empty `blocks`."""
     fields = {"when": now(), "commit": git_commit(), "machine": describe_machine(), **fields}
+    fields.setdefault("command", command())
     name = name or key
     heading = "## " + text(key, "title", **fields)
     parts = [heading, text(key, "intro", **fields), *(b for b in blocks if b)]

@@ -34,17 +34,13 @@ POLL_SECONDS = 0.01
 IMPORT_FILE_MIN_BYTES = 256 * 1024
 
 
-def _change_seq(connection: sqlite3.Connection) -> int:
-    return int(connection.execute("SELECT change_seq FROM sync_state").fetchone()[0])
-
-
-def _total(server: str | KeepAlive, token: str, timeout: float = 600) -> int:
+def _total(server: str | KeepAlive, token: str) -> int:
     if isinstance(server, KeepAlive):
         status, _, body, _ = server.get("/v1/applicants?limit=1", token)
+        if status != 200:
+            raise RuntimeError(f"HTTP {status}: {body[:200]!r}")
     else:
-        status, body = harness.http_get(f"{server}/v1/applicants?limit=1", token, timeout=timeout)
-    if status != 200:
-        raise RuntimeError(f"HTTP {status}: {body[:200]!r}")
+        body = harness.get_ok(f"{server}/v1/applicants?limit=1", token, timeout=600)
     return int(json.loads(body)["meta"]["total"])
 
 
@@ -146,10 +142,10 @@ def measure_lag(
         # at 1M. Import 0 is reported apart: a replica just caught up is still starting.
         for number in range(imports + 1):
             last = number == imports
-            before_seq = _change_seq(watcher)
+            before_seq = databases.change_seq(watcher)
             before_total = _total(replica, token) if last else 0
             seeding = _seed(db, IMPORT_ROWS, 1000 + number)
-            while _change_seq(watcher) == before_seq:
+            while databases.change_seq(watcher) == before_seq:
                 if seeding.poll() not in (None, 0):
                     raise RuntimeError("leasestar seed failed")
                 time.sleep(POLL_SECONDS)
@@ -159,8 +155,7 @@ def measure_lag(
             (new_id,) = watcher.execute(
                 "SELECT id FROM applicants WHERE change_seq > ? LIMIT 1", (before_seq,)
             ).fetchone()
-            polls = KeepAlive(replica, timeout=600)
-            try:
+            with contextlib.closing(KeepAlive(replica, timeout=600)) as polls:
                 record = f"/v1/applicants/{new_id}"
                 shipped, followed, served, size = _follow_import(
                     polls, record, token, (store, in_store_before), replica_db
@@ -171,8 +166,6 @@ def measure_lag(
                         600, "the replica did not count it within 600 s", POLL_SECONDS,
                     )  # fmt: skip
                     lags.counted.append(time.monotonic() - committed)
-            finally:
-                polls.close()
             seeding.wait(timeout=60)
             if number == 0:
                 lags.first_after_start = served - committed
@@ -328,21 +321,16 @@ def _report(
     )
     return provenance.section(
         "edge-replicas",
-        provenance.table(
-            "| case | primary | replica | replica / primary | primary meanwhile | "
-            "replica applying | applying / primary |", "|---|---|---|---|---|---|---|", rows,
-        ),
+        provenance.table(provenance.text("edge-replicas", "columns"), rows),
         name="edge-replicas" if args.rows == 100_000 else f"edge-replicas-{args.rows}",
         rows=args.rows, load=provenance.loadavg(), imports=len(lags.served),
         import_rows=IMPORT_ROWS, lag_load=lags.load, poll_ms=POLL_SECONDS * 1000,
-        served_p50=f"{statistics.median(lags.served):.2f} s",
-        served_p99=f"{percentile(lags.served, 0.99):.2f} s", served_max=max(lags.served),
-        first=lags.first_after_start, shipped=f"{statistics.median(lags.shipped):.2f} s",
-        followed=f"{statistics.median(lags.followed):.2f} s",
-        applied=f"{statistics.median(lags.applied):.2f} s",
-        size_p50=statistics.median(sizes) / 1e6, size_min=min(sizes) / 1e6,
-        size_max=max(sizes) / 1e6, sizes=len(sizes), counted=lags.counted[-1],
-        slice=args.slice, applying=applying_text,
+        served_p50=statistics.median(lags.served), served_p99=percentile(lags.served, 0.99),
+        served_max=max(lags.served), first=lags.first_after_start,
+        shipped=statistics.median(lags.shipped), followed=statistics.median(lags.followed),
+        applied=statistics.median(lags.applied), size_p50=statistics.median(sizes) / 1e6,
+        size_min=min(sizes) / 1e6, size_max=max(sizes) / 1e6, sizes=len(sizes),
+        counted=lags.counted[-1], slice=args.slice, applying=applying_text,
     )  # fmt: skip
 
 

@@ -121,13 +121,7 @@ def case_table(results: list[CaseResult], with_rows: bool = False) -> str:
         for r in results
         if r.served is not None
     ]  # fmt: skip
-    return table(
-        ("| rows " if with_rows else "")
-        + "| case | req/s | p50 ms | p99 ms | body B | wire B/resp | in-process /s "
-        "| HTTP floor /s | composite /s | x composite |",
-        ("|---:" if with_rows else "") + "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
-        rows,
-    )
+    return table(text("list", "scale_columns" if with_rows else "columns"), rows)
 
 
 def markdown(report: dict[str, Any], run: Run, targets: list[Target]) -> str:
@@ -141,13 +135,11 @@ def markdown(report: dict[str, Any], run: Run, targets: list[Target]) -> str:
          case_table(run.scale, with_rows=True)]
     ) if run.scale else ""  # fmt: skip
     verdicts = table(
-        "| target | measured | needs | verdict |",
-        "|---|---:|---:|---|",
+        text("list", "target_columns"),
         ([t.name, f"{t.measured:.2f}x", f">= {t.need:.2f}x", t.verdict()] for t in targets),
     )
     depth = table(
-        "| rows | offset | req/s | p50 ms | p99 ms | in-process pages/s |",
-        "|---:|---:|---:|---:|---:|---:|",
+        text("list", "depth_columns"),
         (
             [f"{rows:,}", f"{r.case.offset:,}", f"{r.served.rps:,.0f}", f"{r.served.p50_ms:.2f}",
              f"{r.served.p99_ms:.2f}", fmt(r.inprocess_rps)]
@@ -159,8 +151,7 @@ def markdown(report: dict[str, Any], run: Run, targets: list[Target]) -> str:
     pool = "Not measured in a --quick run."
     if run.pool:
         pool = text("list", "pool", rows=run.small) + "\n\n" + table(
-            "| read connections | case | req/s | p50 ms | p99 ms |",
-            "|---:|---|---:|---:|---:|",
+            text("list", "pool_columns"),
             ([p["read_connections"], p["case"], f"{p['rps']:,.0f}", f"{p['p50_ms']:.2f}",
               f"{p['p99_ms']:.2f}"] for p in run.pool),
         )  # fmt: skip
@@ -173,9 +164,6 @@ def markdown(report: dict[str, Any], run: Run, targets: list[Target]) -> str:
         "**Correctness problems seen during the run**: " + "; ".join(notes) if notes else "",
         # Hand-written analysis of a run (profile, misses, suggestions): kept with the figures.
         NOTES.read_text().rstrip("\n") if NOTES.exists() else "",
-        **{**report, **report["settings"],
-           "machine": ", ".join(f"{k} {v}" for k, v in report["machine"].items()),
-           "versions": ", ".join(f"{k} {v}" for k, v in report["versions"].items())},
-        server_env=", ".join(f"`{k}={v}`" for k, v in SERVER_ENV.items()),
+        **report, server_env=", ".join(f"`{k}={v}`" for k, v in SERVER_ENV.items()),
         server_core=SERVER_CORE, client_core=CLIENT_CORE, connections=CONNECTIONS,
     )  # fmt: skip

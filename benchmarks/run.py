@@ -205,13 +205,13 @@ def main(argv: list[str] | None = None) -> int:
     for rows in settings.sizes:
         # All seeding first: it must not overlap a measurement.
         databases.ensure_database(rows, outputs.work)
+    machine, versions = provenance.machine(), provenance.versions()
     report: dict[str, Any] = {
-        "when": provenance.now(), "commit": provenance.git_commit(),
-        "command": command or provenance.command(),
-        "machine": provenance.machine(), "versions": provenance.versions(),
-        "load_before": provenance.loadavg(), "settings": {
-            **asdict(settings), "seconds": settings.seconds,
-            "nice": os.getpriority(os.PRIO_PROCESS, 0)},
+        **asdict(settings), "seconds": settings.seconds, "when": provenance.now(),
+        "commit": provenance.git_commit(), "command": command or provenance.command(),
+        "machine": ", ".join(f"{k} {v}" for k, v in machine.items()),
+        "versions": ", ".join(f"{k} {v}" for k, v in versions.items()),
+        "load_before": provenance.loadavg(), "nice": os.getpriority(os.PRIO_PROCESS, 0),
     }  # fmt: skip
     measuring = time.monotonic()
     run = run_benchmark(settings, outputs.work, matrix_settings)

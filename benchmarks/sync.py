@@ -119,21 +119,17 @@ async def _wake_up(server: harness.Server, db: Path, token: str, clients: int) -
     # A just-started server's first broad filter reads its columnar copy (seconds at 1M):
     # done first, or it would count as the waiting clients' cost.
     url = f"{server.base}/v1/applicants?limit=1&updated_at_gte=1970-01-01"
-    status, ready = await asyncio.to_thread(harness.http_get, url, token, 600)
-    if status != 200 or b'"total":' not in ready:
-        raise RuntimeError(f"the server answered {ready[:200]!r}")
+    if b'"total":' not in await asyncio.to_thread(harness.get_ok, url, token, 600):
+        raise RuntimeError("the server's first list answered no total")
     tasks = [asyncio.create_task(one()) for _ in range(clients)]
     await asyncio.sleep(3)  # every client connected and waiting
     cpu_before = harness.cpu_seconds(server.pid)
     await asyncio.sleep(5)
     idle_cpu = (harness.cpu_seconds(server.pid) - cpu_before) / 5
     record = msgspec.json.decode(body, type=Applicant)
-    writer = open_for_write(db)
-    try:
+    with contextlib.closing(open_for_write(db)) as writer:
         write_records(writer, [msgspec.structs.replace(record, first_name="Woken")])
         committed = time.perf_counter()
-    finally:
-        writer.close()
     await asyncio.gather(*tasks)
     latencies = sorted(moment - committed for moment in done) or [float("nan")]
     p99 = latencies[max(0, int(len(latencies) * 0.99) - 1)]
@@ -210,7 +206,7 @@ def main() -> None:
     )
     section = provenance.section(
         "sync", _stream_table(exports, streams, export_bytes, idle), poll,
-        command=provenance.command(), rows=rows, rounds=args.rounds, minutes=minutes,
+        rows=rows, rounds=args.rounds, minutes=minutes,
         load_before=load_before, load_after=load_after, server_core=SERVER_CORE,
         client_core=CLIENT_CORE,
     )  # fmt: skip

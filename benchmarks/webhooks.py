@@ -1,15 +1,18 @@
 """Webhooks (issue 28.6): an import into a large database with three loopback subscribers
 against webhooks off, list req/s while it delivers, commit-to-attempt latency of a burst
-and of steady imports. Method: sections.toml, RESULTS.md."""
+and of steady imports. Method: sections.toml, RESULTS.md. The subscribers: a process of
+asyncio protocols over httptools on uvloop, so that a receiver is not what limits the sender."""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import hashlib
 import hmac
 import io
 import json
+import signal
 import sqlite3
 import statistics
 import subprocess
@@ -21,25 +24,129 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Final, cast
 
 import databases
 import harness
+import httptools
 import msgspec
 import provenance
+import uvloop
 from harness import CLIENT_CORE, LEASESTAR, WrkTarget, percentile, say
 from standardwebhooks.webhooks import Webhook
 
 from leasestar.applicants.pipeline import import_ndjson
 from leasestar.database import open_for_write
-from leasestar.seed.generator import synthetic_applicants
 from leasestar.webhooks.subscriptions import create_subscription, revoke_subscription
+
+# Kept whole: the first requests and then one in SAMPLE_EVERY.
+SAMPLE_FIRST: Final = 20
+SAMPLE_EVERY: Final = 5000
+_OK: Final = b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n"
+
+
+class _Head(msgspec.Struct):
+    change_seq: int
+    event_id: str
+
+
+_decode_head = msgspec.json.Decoder(_Head).decode
+
+
+@dataclass
+class Record:
+    arrivals: list[tuple[float, int, str]] = field(default_factory=list)
+    samples: list[dict[str, object]] = field(default_factory=list)
+
+    def add(self, headers: dict[str, str], body: bytes) -> None:
+        arrived = time.time()
+        head = _decode_head(body)
+        self.arrivals.append((arrived, head.change_seq, head.event_id))
+        count = len(self.arrivals)
+        if count <= SAMPLE_FIRST or count % SAMPLE_EVERY == 0:
+            self.samples.append({"headers": headers, "body": body.decode()})
+
+    def answer(self, path: str) -> bytes:
+        if path == "/arrivals":
+            lines = b"".join(msgspec.json.encode(a) + b"\n" for a in self.arrivals)
+            return _response(lines, "application/x-ndjson")
+        if path == "/samples":
+            return _response(json.dumps(self.samples).encode(), "application/json")
+        if path == "/count":
+            return _response(str(len(self.arrivals)).encode(), "text/plain")
+        return b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n"
+
+
+def _response(body: bytes, kind: str) -> bytes:
+    head = f"HTTP/1.1 200 OK\r\ncontent-type: {kind}\r\ncontent-length: {len(body)}\r\n\r\n"
+    return head.encode() + body
+
+
+class _Connection(asyncio.Protocol):
+    def __init__(self, record: Record) -> None:
+        self._record = record
+        self._parser = httptools.HttpRequestParser(self)
+        self._transport: asyncio.Transport | None = None
+        self._url = b""
+        self._headers: dict[str, str] = {}
+        self._body: list[bytes] = []
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = cast(asyncio.Transport, transport)  # uvloop's is no subclass
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            self._parser.feed_data(data)
+        except httptools.HttpParserError:
+            assert self._transport is not None
+            self._transport.close()
+
+    def on_message_begin(self) -> None:
+        self._url, self._headers, self._body = b"", {}, []
+
+    def on_url(self, url: bytes) -> None:
+        self._url += url
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._headers[name.decode().lower()] = value.decode()
+
+    def on_body(self, body: bytes) -> None:
+        self._body.append(body)
+
+    def on_message_complete(self) -> None:
+        assert self._transport is not None
+        if self._parser.get_method() == b"POST":
+            self._record.add(self._headers, b"".join(self._body))
+            self._transport.write(_OK)
+        else:
+            self._transport.write(self._record.answer(self._url.decode()))
+
+
+async def serve_receivers(count: int) -> None:
+    """`count` receivers on loopback: their ports printed as JSON, served until SIGTERM."""
+    loop = asyncio.get_running_loop()
+    servers = []
+    for _ in range(count):
+        record = Record()
+        server = await loop.create_server(
+            lambda record=record: _Connection(record), "127.0.0.1", 0, backlog=64
+        )
+        servers.append(server)
+    ports = [server.sockets[0].getsockname()[1] for server in servers]
+    print(json.dumps(ports), flush=True)
+    stop = asyncio.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    await stop.wait()
+    for server in servers:
+        server.close()
+
 
 SIGNING = ("standard", "standard", "propexo")
 POLL_SECONDS = 0.002
 # The receivers are on loopback, which deliveries refuse by default.
 WEBHOOK_ENV = {"LEASESTAR_WEBHOOK_ALLOW_PRIVATE": "on"}
 DELIVERY_WAIT_SECONDS = 3600
-RECEIVERS = "webhook_receivers.py"
 
 
 @dataclass
@@ -83,8 +190,9 @@ class Receivers:
 
 @contextlib.contextmanager
 def receiving(count: int) -> Iterator[Receivers]:
-    command = [*harness.pinned(CLIENT_CORE), sys.executable, str(harness.BENCH / RECEIVERS)]
-    process = subprocess.Popen([*command, str(count)], stdout=subprocess.PIPE, text=True)
+    command = [*harness.pinned(CLIENT_CORE), sys.executable, str(Path(__file__).resolve())]
+    command += ["--receivers", str(count)]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
     try:
         assert process.stdout is not None
         yield Receivers(process, json.loads(process.stdout.readline()))
@@ -101,7 +209,7 @@ def watching(db: Path) -> Iterator[list[tuple[float, int]]]:
     def watch(stop: threading.Event) -> None:
         with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as conn:
             while not stop.is_set():
-                (seq,) = conn.execute("SELECT change_seq FROM sync_state").fetchone()
+                seq = databases.change_seq(conn)
                 if not moves or moves[-1][1] != seq:
                     moves.append((time.time(), int(seq)))
                 time.sleep(POLL_SECONDS)
@@ -112,20 +220,6 @@ def watching(db: Path) -> Iterator[list[tuple[float, int]]]:
 
 def committed_at(moves: list[tuple[float, int]], change_seq: int) -> float:
     return next(seen for seen, seq in moves if seq >= change_seq)
-
-
-def change_seq(db: Path) -> int:
-    with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as connection:
-        return int(connection.execute("SELECT change_seq FROM sync_state").fetchone()[0])
-
-
-def changed_lines(count: int, mark: str) -> bytes:
-    """The first `count` seeded records with `notes` changed to `mark`."""
-    encode = msgspec.json.Encoder().encode
-    return b"".join(
-        encode(msgspec.structs.replace(record, notes=f"{mark} {record.x_id}")) + b"\n"
-        for record in synthetic_applicants(count, seed=0)
-    )
 
 
 def timed_import(db: Path, file: Path) -> tuple[float, float]:
@@ -172,10 +266,9 @@ def delivered(
 
 def steady_imports(db: Path, rows: int, seconds: int) -> list[float]:
     """`rows` changed records imported in this process every second; each import's seconds."""
-    lines = changed_lines(rows * seconds, "steady").splitlines(True)
+    lines = databases.ndjson(rows * seconds, 0, "steady").splitlines(True)
     took = []
-    connection = open_for_write(db)
-    try:
+    with contextlib.closing(open_for_write(db)) as connection:
         started = time.monotonic()
         for second in range(seconds):
             these = lines[second * rows : (second + 1) * rows]
@@ -183,17 +276,7 @@ def steady_imports(db: Path, rows: int, seconds: int) -> list[float]:
             began = time.monotonic()
             import_ndjson(connection, io.BytesIO(b"".join(these)))
             took.append(time.monotonic() - began)
-    finally:
-        connection.close()
     return took
-
-
-def warm(url: str, token: str) -> None:
-    """One list request, unmeasured: the first after a change counts the new total (seconds
-    at 1,000,000 rows), which no slice should hold."""
-    status, body = harness.http_get(url, token, timeout=600)
-    if status != 200:
-        raise RuntimeError(f"list: HTTP {status}: {body[:200]!r}")
 
 
 def main() -> None:
@@ -204,8 +287,12 @@ def main() -> None:
     parser.add_argument("--slice", type=int, default=2, help="seconds per wrk slice")
     parser.add_argument("--idle-slices", type=int, default=3, help="before and after, each")
     parser.add_argument("--delivering-slices", type=int, default=3, help="at most, from the commit")
+    parser.add_argument("--receivers", type=int, help="only serve this many receivers")
     smoke = {"rows": 2000, "changed": 500, "steady_rows": 20, "steady_seconds": 5, "slice": 1}
     args, outputs = provenance.options(parser, smoke, rows=1_000_000)
+    if args.receivers:
+        uvloop.run(serve_receivers(args.receivers))
+        return
     if args.steady_rows * args.steady_seconds > args.changed:
         parser.error("--steady-rows x --steady-seconds must be at most --changed")
     source = databases.ensure_database(args.rows, outputs.work)
@@ -216,8 +303,8 @@ def main() -> None:
     token = databases.create_token(db, "webhooks")
     file_a, file_b = here / "changed-a.ndjson", here / "changed-b.ndjson"
     say(f"writing two files of {args.changed:,} changed records")
-    file_a.write_bytes(changed_lines(args.changed, "webhook bench A"))
-    file_b.write_bytes(changed_lines(args.changed, "webhook bench B"))
+    file_a.write_bytes(databases.ndjson(args.changed, 0, "webhook bench A"))
+    file_b.write_bytes(databases.ndjson(args.changed, 0, "webhook bench B"))
     with (
         receiving(len(SIGNING)) as receivers,
         harness.leasestar_server("webhooks", db, WEBHOOK_ENV, work=here) as server,
@@ -227,7 +314,8 @@ def main() -> None:
         idle = WrkTarget("list default, idle", list_url, token)
         delivering = WrkTarget("list default, delivering", list_url, token)
         say("list req/s, idle")
-        warm(list_url, token)
+        # Unmeasured: the first list after a change counts the new total (s at 1M).
+        harness.get_ok(list_url, token, 600)
         for _ in range(args.idle_slices):
             idle.run(args.slice)
         say(f"import A, webhooks off ({args.changed:,} changed)")
@@ -237,12 +325,12 @@ def main() -> None:
                 create_subscription(connection, receivers.url(index), signing=signing)
                 for index, signing in enumerate(SIGNING)
             ]
-        before = change_seq(db)
+        before = databases.change_seq(db)
         say("import B, three subscribers")
         import_on = timed_import(db, file_b)
-        through = change_seq(db)
+        through = databases.change_seq(db)
         say("list req/s while delivering")
-        warm(list_url, token)
+        harness.get_ok(list_url, token, 600)
         expected = [args.changed] * len(SIGNING)
         for _ in range(args.delivering_slices):
             delivering.run(args.slice)
@@ -255,13 +343,13 @@ def main() -> None:
         burst_seconds = burst.last - committed_at(watch, through)
         say(f"import B delivered: {burst_seconds:.1f} s from its commit to the last")
         say("list req/s, idle again")
-        warm(list_url, token)
+        harness.get_ok(list_url, token, 600)
         for _ in range(args.idle_slices):
             idle.run(args.slice)
         say(f"steady: {args.steady_rows} changed a second for {args.steady_seconds} s")
-        steady_from = change_seq(db)
+        steady_from = databases.change_seq(db)
         took = steady_imports(db, args.steady_rows, args.steady_seconds)
-        steady_through = change_seq(db)
+        steady_through = databases.change_seq(db)
         steady_events = args.steady_rows * args.steady_seconds
         receivers.wait_delivered([n + steady_events for n in expected], "steady phase")
         steady = delivered(receivers, watch, steady_from, steady_through, steady_events)
@@ -294,22 +382,18 @@ def main() -> None:
             "webhooks", "table", off=off, off_cpu=off_cpu, on=on, on_cpu=on_cpu,
             imports_off=", ".join(f"{wall:.1f} s ({cpu:.1f} s CPU)" for wall, cpu in imports_off),
             speed=off / on, cpu_speed=off_cpu / on_cpu, burst_seconds=burst_seconds,
-            burst_deliveries=burst.deliveries, burst_duplicates=burst.duplicates,
-            burst_rate=burst.deliveries / burst_seconds,
+            burst=burst, steady=steady, burst_rate=burst.deliveries / burst_seconds,
             burst_rate_each=burst.deliveries / burst_seconds / len(SIGNING), unloaded=unloaded,
             burst_p50=percentile(burst.latencies, 0.5), burst_p99=percentile(burst.latencies, 0.99),
             steady_p50=percentile(steady.latencies, 0.5) * ms,
             steady_p99=percentile(steady.latencies, 0.99) * ms,
-            steady_deliveries=steady.deliveries, steady_duplicates=steady.duplicates,
             steady_lag=steady_lag * ms, steady_import=statistics.median(took) * ms,
             idle=f"{calm.rps:,.0f}" if calm else "-", idle_slices=len(idle.slices),
             while_delivering=while_delivering,
         ),
         name="webhooks" if (args.rows, args.changed) == (1_000_000, 100_000) else
         f"webhooks-{args.rows}-{args.changed}",
-        command=provenance.command(), load=load, rows=args.rows, changed=args.changed,
-        slice=args.slice, steady_rows=args.steady_rows, steady_seconds=args.steady_seconds,
-        verified=verified, poll_ms=POLL_SECONDS * 1000,
+        load=load, args=args, verified=verified, poll_ms=POLL_SECONDS * 1000,
     )  # fmt: skip
     provenance.publish(section, outputs.results_md)
 
