@@ -60,6 +60,19 @@ class Measurement:
         mine, other = self.served, self.against.served if self.against else None
         return mine.wire_bytes / other.wire_bytes if mine and other else None
 
+    def fields(self) -> dict[str, str]:
+        """Its figures as sections.toml's row templates show them ("-": none)."""
+        assert self.served is not None
+        http = self.http.rps if self.http else None
+        against = self.against.label if self.against else "composite floor" * bool(self.composite)
+        return {
+            **figures(self.served), "rows": f"{self.rows:,}", "label": self.label,
+            "body": f"{self.body_bytes:,}", "in_process": fmt(self.inprocess_rps),
+            "http_floor": fmt(http), "composite": fmt(self.composite),
+            "x_composite": fmt(self.x_composite, 2), "ratio": fmt(self.ratio, 2, "x"),
+            "against": against, "offset": f"{self.case.offset:,}" if self.case else "-",
+        }  # fmt: skip
+
     def line(self) -> str:
         m, floor, in_process = self.served, self.http, self.inprocess_rps
         assert m is not None
@@ -77,7 +90,7 @@ def list_case(
     base: str, dataset: Dataset, case: Case, floor_base: str = "", in_process: bool = True
 ) -> Measurement:
     """A list case of `dataset`, with its floors (the HTTP one when a floor app serves)."""
-    url = base + case.path + (dataset.facts.ids[0] if case.by_id else "")
+    url = base + case.path + (dataset.ids[0] if case.by_id else "")
     ids = dataset.ids_file if case.by_id else None
     target = WrkTarget(f"{dataset.rows} {case.key}", url, dataset.tokens[case.scoped], ids)
     http = WrkTarget(f"HTTP floor {case.key}", f"{floor_base}/floor/{case.key}")
@@ -96,7 +109,7 @@ def measure(settings: Settings, group: list[Measurement]) -> None:
                 body, m.notes = served_once(m.base, m.dataset, m.case)
                 m.body_bytes = len(body)
                 if m.in_process:
-                    ids = m.dataset.facts.ids
+                    ids = m.dataset.ids
                     m.floor = floors.InProcessFloor(m.dataset.db, m.case, body, ids)
         https = [m.http_floor for m in group if m.http_floor]
         settings.interleave([m.target for m in group] + https, [m.floor for m in group if m.floor])
@@ -140,33 +153,30 @@ def targets(group: Iterable[Measurement]) -> list[list[str]]:
     return found
 
 
-def case_table(group: list[Measurement], with_rows: bool = False) -> str:
-    """The list section's table of cases against their floors."""
-    rows = [
-        [*([f"{m.rows:,}"] if with_rows else []), m.label, fmt(m.served.rps),
-         f"{m.served.p50_ms:.2f}", f"{m.served.p99_ms:.2f}", f"{m.body_bytes:,}",
-         f"{m.served.wire_bytes:,.0f}", fmt(m.inprocess_rps),
-         fmt(m.http.rps if m.http else None), fmt(m.composite), fmt(m.x_composite, 2)]
-        for m in group
-        if m.served is not None
-    ]  # fmt: skip
-    return table(text("list", "scale_columns" if with_rows else "columns"), rows)
+def table_rows(key: str, part: str, group: Iterable[Measurement], **fields: str) -> list[list[str]]:
+    """Each measured case's row of a table, by the template `part` of section `key`."""
+    return [[text(key, part, **m.fields(), **fields)] for m in group if m.served]
+
+
+def figures(m: Measured) -> dict[str, str]:
+    return {
+        "rps": f"{m.rps:,.0f}", "p50": f"{m.p50_ms:.2f}", "p99": f"{m.p99_ms:.2f}",
+        "wire": f"{m.wire_bytes:,.0f}",
+    }  # fmt: skip
 
 
 def against_table(group: list[Measurement]) -> str:
     """The clients section's table: each case, its ratio and what it is taken against,
     then the HTTP floors and the composite floors."""
-    rows, floor_rows, composites = [], [], []
-    for m in group:
-        assert m.served is not None
-        against = m.against.label if m.against else "composite floor" if m.composite else ""
-        rows.append([m.label, *_figures(m.served), fmt(m.ratio, 2, "x"), against])
-        if m.http is not None and m.case is not None:
-            floor_rows.append([f"HTTP floor of {m.case.key}", *_figures(m.http), "-", ""])
-        if m.composite:
-            composites.append([f"composite floor of {m.label}", fmt(m.composite), *[""] * 5])
-    return table(text("clients", "columns"), rows + floor_rows + composites)
-
-
-def _figures(m: Measured) -> list[str]:
-    return [f"{m.rps:,.0f}", f"{m.p50_ms:.2f}", f"{m.p99_ms:.2f}", f"{m.wire_bytes:,.0f}"]
+    floor_rows = [
+        [text("clients", "row", **figures(m.http), label=f"HTTP floor of {m.case.key}", ratio="-",
+              against="")]
+        for m in group
+        if m.http is not None and m.case is not None
+    ]  # fmt: skip
+    composites = [
+        [f"composite floor of {m.label}", fmt(m.composite), *[""] * 5] for m in group if m.composite
+    ]
+    return table(
+        text("clients", "columns"), table_rows("clients", "row", group) + floor_rows + composites
+    )

@@ -24,7 +24,7 @@ from cases import FULL, QUICK, SMOKE, Case, Dataset, Settings, offset_case, serv
 from harness import BENCH, CLIENT_CORE, CONNECTIONS, SERVER_CORE, SERVER_ENV, WrkTarget, say
 from matrix import FULL_MATRIX, QUICK_MATRIX, SMOKE_MATRIX
 from provenance import section, table, text
-from report import Measurement, case_table, fmt, list_case, measure, targets
+from report import Measurement, list_case, measure, table_rows, targets
 
 POOL_SIZES = (1, 2, 4)
 NOTES = BENCH / "list-notes.md"  # hand-written analysis of a run, kept with the figures
@@ -178,38 +178,24 @@ def run_benchmark(settings: Settings, work: Path, matrix_settings: matrix.Matrix
 
 
 def markdown(report: dict[str, Any], run: Run, verdicts: list[list[str]]) -> str:
-    extras = "\n".join(
-        f"- {m.label}: {m.served.rps:,.0f} req/s, p50 {m.served.p50_ms:.2f} ms, "
-        f"p99 {m.served.p99_ms:.2f} ms ({note})."
-        for m, note in run.extras
-        if m.served
-    )
+    extras = (text("list", "extra", **m.fields(), note=note) for m, note in run.extras)
     scale = "\n\n".join(
         [f"### {run.big:,} applicants, interleaved with {run.small:,}", text("list", "scale"),
-         case_table(run.scale, with_rows=True)]
+         table(text("list", "scale_columns"), table_rows("list", "scale_row", run.scale))]
     ) if run.scale else ""  # fmt: skip
-    depth = table(
-        text("list", "depth_columns"),
-        (
-            [f"{rows:,}", f"{m.case.offset:,}", f"{m.served.rps:,.0f}", f"{m.served.p50_ms:.2f}",
-             f"{m.served.p99_ms:.2f}", fmt(m.inprocess_rps)]
-            for rows, series in run.depth.items()
-            for m in series
-            if m.served is not None and m.case is not None
-        ),
-    )  # fmt: skip
+    depths = [m for series in run.depth.values() for m in series]
+    depth = table(text("list", "depth_columns"), table_rows("list", "depth_row", depths))
     pool = "Not measured in a --quick run."
     if run.pool:
-        pool = text("list", "pool", rows=run.small) + "\n\n" + table(
-            text("list", "pool_columns"),
-            ([n, m.label, f"{m.served.rps:,.0f}", f"{m.served.p50_ms:.2f}",
-              f"{m.served.p99_ms:.2f}"] for n, m in run.pool if m.served),
-        )  # fmt: skip
+        pool_rows = [[text("list", "pool_row", **m.fields(), connections=n)] for n, m in run.pool]
+        pool = text("list", "pool", rows=run.small) + "\n\n"
+        pool += table(text("list", "pool_columns"), pool_rows)
     notes = [n for group in run.cases.values() for m in group for n in m.notes]
     return section(
-        "list", f"### {run.small:,} applicants", case_table(run.cases[run.small]), extras, scale,
-        "### Targets (issue 4 item 3)", table(text("list", "target_columns"), verdicts),
-        text("list", "total"),
+        "list", f"### {run.small:,} applicants",
+        table(text("list", "columns"), table_rows("list", "case_row", run.cases[run.small])),
+        "\n".join(extras), scale, "### Targets (issue 4 item 3)",
+        table(text("list", "target_columns"), verdicts), text("list", "total"),
         "### p50 against offset depth (default order, created_at desc)", depth,
         "### One read connection or a pool (issue 2)", pool,
         "**Correctness problems seen during the run**: " + "; ".join(notes) if notes else "",
