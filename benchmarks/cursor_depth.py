@@ -149,30 +149,22 @@ def walk(db: Path, rows: int, base: str, token: str, settings: Settings) -> Walk
 
 def markdown(result: Walk, command: str) -> str:
     measured = [case.target.measured() for case in result.cases]
-    pages = table(
-        text("cursors", "columns"),
-        (
-            [f"`{case.ordering}`", case.label, f"{case.position:,}", f"{m.rps:,.0f}",
-             *(f"{case.latency(p):.2f}" for p in (50, 90, 99)), f"{case.body_bytes:,}",
-             f"{result.x_first(case):.2f}"]
-            for case, m in zip(result.cases, measured, strict=True)
-        ),
-    )  # fmt: skip
+    pages = [
+        [text("cursors", "row", **vars(case), rps=m.rps, x_first=result.x_first(case),
+              p50=case.latency(50), p90=case.latency(90), p99=case.latency(99))]
+        for case, m in zip(result.cases, measured, strict=True)
+    ]  # fmt: skip
     by_ordering = ", ".join(f"`{name}` {ratio:.2f}x" for name, ratio in result.ratios().items())
     verdict = "PASS" if max(result.ratios().values()) <= TARGET else "FAIL"
+    errors = sum(m.errors for m in measured)
     target = text(
-        "cursors",
-        "target",
-        target=TARGET,
-        verdict=verdict,
-        by_ordering=by_ordering,
-        errors=sum(m.errors for m in measured),
+        "cursors", "target", target=TARGET, verdict=verdict, by_ordering=by_ordering, errors=errors
     )
     settings, orderings = result.settings, ", ".join(f"`{o or DEFAULT}`" for o in ORDERINGS)
     return section(
-        "cursors", pages, target, command=command, rows=result.rows, limit=LIMIT,
-        orderings=orderings, seconds=settings.seconds, slices=settings.slices,
-        warmup=settings.warmup, load_before=result.loads[0], load_after=result.loads[1],
-        machine=provenance.describe_machine("python", "sqlite", "wrk"), server_core=SERVER_CORE,
-        client_core=CLIENT_CORE, connections=CONNECTIONS,
+        "cursors", table(text("cursors", "columns"), pages), target, command=command,
+        rows=result.rows, limit=LIMIT, orderings=orderings, seconds=settings.seconds,
+        slices=settings.slices, warmup=settings.warmup, load_before=result.loads[0],
+        load_after=result.loads[1], machine=provenance.describe_machine("python", "sqlite", "wrk"),
+        server_core=SERVER_CORE, client_core=CLIENT_CORE, connections=CONNECTIONS,
     )  # fmt: skip

@@ -74,15 +74,11 @@ class Measurement:
         }  # fmt: skip
 
     def line(self) -> str:
-        m, floor, in_process = self.served, self.http, self.inprocess_rps
-        assert m is not None
-        variant = self.floor.variant if self.floor else ""
+        f, variant = self.fields(), self.floor.variant if self.floor else "-"
         return (
-            f"{self.rows:>9,} {self.label:<38} {m.rps:7.0f} req/s  p50 {m.p50_ms:7.2f} ms  "
-            f"p99 {m.p99_ms:7.2f} ms  {m.wire_bytes:>9,.0f} B/resp"
-            + (f" | HTTP floor {floor.rps:6.0f}" if floor else "")
-            + (f" | in-process {in_process:6.0f} ({variant})" if in_process else "")
-            + (f" | {self.ratio:.2f}x" if self.ratio else "")
+            f"{f['rows']:>9} {self.label:<38} {f['rps']:>7} req/s  p50 {f['p50']:>7} ms  "
+            f"p99 {f['p99']:>7} ms  {f['wire']:>9} B/resp | HTTP floor {f['http_floor']} | "
+            f"in-process {f['in_process']} ({variant}) | {f['ratio']}"
         )
 
 

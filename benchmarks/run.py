@@ -121,12 +121,11 @@ def measure_pool(settings: Settings, small: Dataset, work: Path) -> list[tuple[i
             bases[n] = stack.enter_context(server).base
         for key in ("list_default", "get_by_id"):
             group = [
-                list_case(bases[n], small, small.cases[key], in_process=False) for n in POOL_SIZES
+                (n, list_case(bases[n], small, small.cases[key], in_process=False))
+                for n in POOL_SIZES
             ]
-            for n, m in zip(POOL_SIZES, group, strict=True):
-                m.label, m.target.name = key, f"pool {n} {key}"
-                figures.append((n, m))
-            measure(settings, group)
+            measure(settings, [m for _, m in group])
+            figures += group
     return figures
 
 
