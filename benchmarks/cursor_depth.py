@@ -14,6 +14,7 @@ from pathlib import Path
 import databases
 import harness
 import provenance
+import report
 from cases import Settings
 from harness import CLIENT_CORE, CONNECTIONS, SERVER_CORE, WrkTarget, say
 from provenance import section, table, text
@@ -155,7 +156,7 @@ def markdown(result: Walk, command: str) -> str:
         for case, m in zip(result.cases, measured, strict=True)
     ]  # fmt: skip
     by_ordering = ", ".join(f"`{name}` {ratio:.2f}x" for name, ratio in result.ratios().items())
-    verdict = "PASS" if max(result.ratios().values()) <= TARGET else "FAIL"
+    verdict = report.verdict(max(result.ratios().values()), TARGET, at_most=True)
     errors = sum(m.errors for m in measured)
     target = text(
         "cursors", "target", target=TARGET, verdict=verdict, by_ordering=by_ordering, errors=errors

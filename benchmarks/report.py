@@ -32,6 +32,10 @@ class Measurement:
     floor: floors.InProcessFloor | None = None
 
     @property
+    def key(self) -> str:
+        return self.case.key if self.case else self.label
+
+    @property
     def inprocess_rps(self) -> float | None:
         return self.floor.rate if self.floor else None
 
