@@ -5,16 +5,14 @@ from __future__ import annotations
 import contextlib
 import json
 import random
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import databases
-import harness
 from databases import read_only
-from harness import WORK, WrkTarget, get_ok, say
+from harness import WORK, get_ok, say
 
 SCOPED_INTEGRATION = "int_mri_01"
 # wrk stops with requests in flight, which the server still answers (a zstd page up to
@@ -22,10 +20,6 @@ SCOPED_INTEGRATION = "int_mri_01"
 SETTLE_SECONDS = 0.5
 SMALL, BIG = 100_000, 1_000_000
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-
-
-class Floor(Protocol):
-    def run(self, seconds: float) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -51,19 +45,6 @@ class Settings:
     @property
     def big(self) -> int | None:  # the scale, depth and cursor cases' (None: not this run)
         return self.sizes[1] if len(self.sizes) > 1 else None
-
-    def interleave(self, targets: list[WrkTarget], in_process: Sequence[Floor] = ()) -> None:
-        """Interleaved slices (reversed every other round), the in-process floors' turn
-        after each round."""
-
-        def floors_turn(_: int) -> None:
-            for floor in in_process:
-                floor.run(self.inprocess_seconds / self.slices)
-
-        harness.interleave(
-            targets, self.slices, self.slice_seconds, self.warmup,
-            settle=SETTLE_SECONDS, after_round=floors_turn,
-        )  # fmt: skip
 
 
 FULL = Settings(

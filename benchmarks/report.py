@@ -7,13 +7,16 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import floors
-from cases import Case, Dataset, Settings, served_once
+import harness
+from cases import SETTLE_SECONDS, Case, Dataset, Settings, served_once
 from harness import Measured, WrkTarget, say
 from provenance import table, text
 
 
 @dataclass(eq=False)
 class Measurement:
+    """A case under wrk, its floors, and what its figures are compared against."""
+
     label: str
     target: WrkTarget
     rows: int = 0
@@ -68,7 +71,8 @@ class Measurement:
         """Its figures as sections.toml's row templates show them ("-": none)."""
         assert self.served is not None
         http = self.http.rps if self.http else None
-        against = self.against.label if self.against else "composite floor" * bool(self.composite)
+        against = "composite floor" if self.composite else ""
+        against = self.against.label if self.against else against
         return {
             **figures(self.served), "rows": f"{self.rows:,}", "label": self.label,
             "body": f"{self.body_bytes:,}", "in_process": fmt(self.inprocess_rps),
@@ -101,8 +105,8 @@ def list_case(
 
 
 def measure(settings: Settings, group: list[Measurement]) -> None:
-    """The group's cases, then their HTTP floors, in interleaved slices, the in-process
-    floors' turn after each round; every list case's body checked first."""
+    """The group's cases, then their HTTP floors, in interleaved slices (reversed every
+    other round), the in-process floors' turn after each round; list bodies checked first."""
     try:
         for m in group:
             if m.case is not None and m.dataset is not None:
@@ -111,8 +115,17 @@ def measure(settings: Settings, group: list[Measurement]) -> None:
                 if m.in_process:
                     ids = m.dataset.ids
                     m.floor = floors.InProcessFloor(m.dataset.db, m.case, body, ids)
-        https = [m.http_floor for m in group if m.http_floor]
-        settings.interleave([m.target for m in group] + https, [m.floor for m in group if m.floor])
+        targets = [m.target for m in group] + [m.http_floor for m in group if m.http_floor]
+        in_process = [m.floor for m in group if m.floor]
+
+        def floors_turn(_: int) -> None:
+            for floor in in_process:
+                floor.run(settings.inprocess_seconds / settings.slices)
+
+        harness.interleave(
+            targets, settings.slices, settings.slice_seconds, settings.warmup,
+            settle=SETTLE_SECONDS, after_round=floors_turn,
+        )  # fmt: skip
     finally:
         for m in group:
             if m.floor:
