@@ -5,16 +5,14 @@ from __future__ import annotations
 import contextlib
 import json
 import random
-from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import databases
-import harness
 from databases import read_only
-from harness import WORK, WrkTarget, get_ok, say
+from harness import WORK, get_ok, say
 
 SCOPED_INTEGRATION = "int_mri_01"
 # wrk stops with requests in flight, which the server still answers (a zstd page up to
@@ -22,10 +20,6 @@ SCOPED_INTEGRATION = "int_mri_01"
 SETTLE_SECONDS = 0.5
 SMALL, BIG = 100_000, 1_000_000
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-
-
-class Floor(Protocol):
-    def run(self, seconds: float) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -52,19 +46,6 @@ class Settings:
     def big(self) -> int | None:  # the scale, depth and cursor cases' (None: not this run)
         return self.sizes[1] if len(self.sizes) > 1 else None
 
-    def interleave(self, targets: list[WrkTarget], in_process: Sequence[Floor] = ()) -> None:
-        """Interleaved slices (reversed every other round), the in-process floors' turn
-        after each round."""
-
-        def floors_turn(_: int) -> None:
-            for floor in in_process:
-                floor.run(self.inprocess_seconds / self.slices)
-
-        harness.interleave(
-            targets, self.slices, self.slice_seconds, self.warmup,
-            settle=SETTLE_SECONDS, after_round=floors_turn,
-        )  # fmt: skip
-
 
 FULL = Settings(
     (SMALL, BIG), 5, 2, 3, 2.0, {SMALL: (0.1, 0.25, 0.5, 0.75), BIG: (0.25, 0.5, 0.75)}, True, 3_000
@@ -90,23 +71,12 @@ class Case:
     by_id: bool = False
 
 
-@dataclass(frozen=True)
-class DataFacts:
-    rows: int
-    window: tuple[int, int]  # updated_at bounds, microseconds, holding ~10% of rows
-    window_rows: int
-    property_id: str
-    property_rows: int
-    scoped_rows: int
-    ids: list[str]
-
-
 def iso(micros: int) -> str:
     return (EPOCH + timedelta(microseconds=micros)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-def build_cases(facts: DataFacts) -> dict[str, Case]:
-    n, (low, high), path = facts.rows, facts.window, "/v1/applicants"
+def build_cases(data: Dataset) -> dict[str, Case]:
+    n, (low, high), path = data.rows, data.window, "/v1/applicants"
     window = f"{path}?updated_at_gte={iso(low)}&updated_at_lte={iso(high)}"
     cases = [
         Case("list_default", "list default", path),
@@ -115,11 +85,11 @@ def build_cases(facts: DataFacts) -> dict[str, Case]:
         Case("order_two_keys", "order-by=last_name,first_name",
              f"{path}?order-by=last_name:asc,first_name:asc",
              order="last_name ASC, first_name ASC, id ASC"),
-        Case("updated_window", f"updated_at window ({facts.window_rows / n:.0%} of rows)", window,
+        Case("updated_window", f"updated_at window ({data.window_rows / n:.0%} of rows)", window,
              where="updated_at >= ? AND updated_at <= ?", params=(low, high)),
-        Case("property_filter", f"property_id filter ({facts.property_rows} rows)",
-             f"{path}?property_id={facts.property_id}", where="property_id = ?",
-             params=(facts.property_id,)),
+        Case("property_filter", f"property_id filter ({data.property_rows} rows)",
+             f"{path}?property_id={data.property_id}", where="property_id = ?",
+             params=(data.property_id,)),
         Case("get_by_id", "get by random id", f"{path}/", by_id=True),
         Case("scoped_token", f"list, token scoped to {SCOPED_INTEGRATION}", path,
              where="integration_id IN (?)", params=(SCOPED_INTEGRATION,), scoped=True),
@@ -134,58 +104,60 @@ def offset_case(n: int, fraction: float, key: str = "") -> Case:
     return Case(key, label, f"/v1/applicants?offset={offset}", offset=offset)
 
 
-def data_facts(db: Path, rows: int) -> DataFacts:
-    """Filter values chosen from the data: a ~10% updated_at window, a median property."""
-    with contextlib.closing(read_only(db)) as conn:
-
-        def nth_updated(k: int) -> int:
-            sql = "SELECT updated_at FROM applicants ORDER BY updated_at LIMIT 1 OFFSET ?"
-            return int(conn.execute(sql, (k,)).fetchone()[0])
-
-        low, high = nth_updated(int(rows * 0.45)), nth_updated(int(rows * 0.55))
-        (window_rows,) = conn.execute(
-            "SELECT count(*) FROM applicants WHERE updated_at BETWEEN ? AND ?", (low, high)
-        ).fetchone()
-        by_property = conn.execute(
-            "SELECT property_id, count(*) AS c FROM applicants GROUP BY property_id "
-            "ORDER BY c, property_id"
-        ).fetchall()
-        property_id, property_rows = by_property[len(by_property) // 2]
-        (scoped_rows,) = conn.execute(
-            "SELECT count(*) FROM applicants WHERE integration_id = ?", (SCOPED_INTEGRATION,)
-        ).fetchone()
-        ids = [row[0] for row in conn.execute("SELECT id FROM applicants")]
-    sample = random.Random(0).sample(ids, min(len(ids), 20_000))
-    return DataFacts(
-        rows, (low, high), window_rows, property_id, property_rows, scoped_rows, sample
-    )
-
-
 @dataclass
 class Dataset:
+    """A seeded database, the filter values its cases use (chosen from its data: a ~10%
+    updated_at window, a median property), its tokens and cases."""
+
     rows: int
     db: Path
-    facts: DataFacts
-    cases: dict[str, Case]
-    tokens: dict[bool, str]  # scoped? -> token
+    window: tuple[int, int]  # updated_at bounds, microseconds
+    window_rows: int
+    property_id: str
+    property_rows: int
+    ids: list[str]  # a sample, for get by random id
     ids_file: Path
+    tokens: dict[bool, str]  # scoped? -> token
+    cases: dict[str, Case] = field(default_factory=dict)
 
     @classmethod
     def prepare(cls, rows: int, work: Path = WORK) -> Dataset:
         db = databases.ensure_database(rows, work)
-        facts = data_facts(db, rows)
+        with contextlib.closing(read_only(db)) as conn:
+
+            def nth_updated(k: int) -> int:
+                sql = "SELECT updated_at FROM applicants ORDER BY updated_at LIMIT 1 OFFSET ?"
+                return int(conn.execute(sql, (k,)).fetchone()[0])
+
+            low, high = nth_updated(int(rows * 0.45)), nth_updated(int(rows * 0.55))
+            (window_rows,) = conn.execute(
+                "SELECT count(*) FROM applicants WHERE updated_at BETWEEN ? AND ?", (low, high)
+            ).fetchone()
+            by_property = conn.execute(
+                "SELECT property_id, count(*) AS c FROM applicants GROUP BY property_id "
+                "ORDER BY c, property_id"
+            ).fetchall()
+            (scoped_rows,) = conn.execute(
+                "SELECT count(*) FROM applicants WHERE integration_id = ?", (SCOPED_INTEGRATION,)
+            ).fetchone()
+            ids = [row[0] for row in conn.execute("SELECT id FROM applicants")]
+        property_id, property_rows = by_property[len(by_property) // 2]
         say(
-            f"{rows:,} rows: updated_at window {iso(facts.window[0])}..{iso(facts.window[1])} "
-            f"({facts.window_rows:,} rows), {facts.property_id} ({facts.property_rows} rows), "
-            f"{SCOPED_INTEGRATION} ({facts.scoped_rows:,} rows)"
+            f"{rows:,} rows: updated_at window {iso(low)}..{iso(high)} ({window_rows:,} rows), "
+            f"{property_id} ({property_rows} rows), {SCOPED_INTEGRATION} ({scoped_rows:,} rows)"
         )
+        sample = random.Random(0).sample(ids, min(len(ids), 20_000))
+        ids_file = work / f"ids-{rows}.txt"
+        ids_file.write_text("\n".join(sample) + "\n")
         tokens = {
             False: databases.create_token(db, "all"),
             True: databases.create_token(db, "scoped", SCOPED_INTEGRATION),
         }
-        ids_file = work / f"ids-{rows}.txt"
-        ids_file.write_text("\n".join(facts.ids) + "\n")
-        return cls(rows, db, facts, build_cases(facts), tokens, ids_file)
+        found = cls(
+            rows, db, (low, high), window_rows, property_id, property_rows, sample, ids_file, tokens
+        )
+        found.cases = build_cases(found)
+        return found
 
 
 def check_body(db: Path, case: Case, body: bytes) -> list[str]:
@@ -206,16 +178,9 @@ def check_body(db: Path, case: Case, body: bytes) -> list[str]:
 
 
 def served_once(base: str, dataset: Dataset, case: Case) -> tuple[bytes, list[str]]:
-    url = base + case.path + (dataset.facts.ids[0] if case.by_id else "")
+    url = base + case.path + (dataset.ids[0] if case.by_id else "")
     body = get_ok(url, dataset.tokens[case.scoped])
     problems = check_body(dataset.db, case, body)
     for problem in problems:
         say(f"  !! {problem}")
     return body, problems
-
-
-def target_for(base: str, dataset: Dataset, case: Case, name: str) -> WrkTarget:
-    url = base + case.path + (dataset.facts.ids[0] if case.by_id else "")
-    return WrkTarget(
-        name, url, dataset.tokens[case.scoped], dataset.ids_file if case.by_id else None
-    )

@@ -81,11 +81,9 @@ class Domain:
 def prepare(db: Path, rows: int) -> Domain:
     """The database's value ranges, and the tokens (created before its server starts)."""
     with contextlib.closing(databases.read_only(db)) as conn:
+        bounds = "SELECT min({0}), max({0}) FROM applicants"
         ranges = {
-            c: tuple(
-                map(int, conn.execute(f"SELECT min({c}), max({c}) FROM applicants").fetchone())
-            )
-            for c in DATE_COLUMNS
+            c: tuple(map(int, conn.execute(bounds.format(c)).fetchone())) for c in DATE_COLUMNS
         }
         sql = "SELECT DISTINCT {} FROM applicants ORDER BY 1"
         values = {c: [row[0] for row in conn.execute(sql.format(c))] for c in EQUALITY_COLUMNS}
