@@ -101,6 +101,15 @@ def copy_database(source: Path, target: Path) -> Path:
     return target
 
 
+def workspace(rows: int, work: Path, name: str) -> tuple[Path, Path, str]:
+    """`work/NAME/`, a copy of the N-row database in it (`bench.db`) and a token for it."""
+    here = work / name
+    here.mkdir(parents=True, exist_ok=True)
+    say(f"copying applicants-{rows}.db into {shown(here)}")
+    db = copy_database(ensure_database(rows, work), here / "bench.db")
+    return here, db, create_token(db, name)
+
+
 def change_seq(db: Path | sqlite3.Connection) -> int:
     """The last committed change's sequence (a connection kept open where it is polled)."""
     if isinstance(db, sqlite3.Connection):

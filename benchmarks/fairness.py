@@ -12,7 +12,6 @@ import http.client
 import multiprocessing
 import os
 import random
-import statistics
 import threading
 import time
 import urllib.parse
@@ -21,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from multiprocessing.synchronize import Event
 from pathlib import Path
+from statistics import fmean
 from typing import Any
 
 import databases
@@ -190,10 +190,7 @@ def report(
 ) -> str:
     return provenance.section(
         "fairness",
-        provenance.table(
-            provenance.text("fairness", "columns"),
-            (variant.row() for variant in variants),
-        ),
+        provenance.table(provenance.text("fairness", "columns"), (v.row() for v in variants)),
         rows=rows, rounds=rounds, seconds=seconds, minutes=took / 60, load_before=load,
         load_after=provenance.loadavg(), light_rate=LIGHT_RATE, heavy_rate=HEAVY_RATE,
         outstanding=HEAVY_OUTSTANDING,
@@ -230,33 +227,26 @@ def rate_limit_cost(db: Path, seconds: int, slices: int, pairs: int, rows: int, 
                     f"set {pair + 1}/{pairs}, {case}: "
                     + ", ".join(f"{t.name} {t.measured().rps:,.0f}" for t in targets)
                 )
-    rows_out: list[list[str]] = []
+    table_rows = []
     for case, sets in runs.items():
-        off_rps = statistics.fmean(one[0].measured().rps for one in sets)
-        off_cpu = statistics.fmean(one[0].cpu_us_per_request() for one in sets)
-        cells = [f"{off_rps:,.0f}", f"{off_cpu:.0f}"]
-        for number, name in enumerate(list(COST_SERVERS)[1:], 1):
-            costs = [1 - one[number].measured().rps / one[0].measured().rps for one in sets]
-            cpu_costs = [
-                one[number].cpu_us_per_request() / one[0].cpu_us_per_request() - 1 for one in sets
+        # Per server (COST_SERVERS' order): its req/s and CPU us per request in each set.
+        servers = list(zip(*sets, strict=True))
+        rps = [[target.measured().rps for target in one] for one in servers]
+        cpu = [[target.cpu_us_per_request() for target in one] for one in servers]
+        cells = [f"{fmean(rps[0]):,.0f}", f"{fmean(cpu[0]):.0f}"]
+        for server in range(1, len(servers)):
+            costs = [1 - r / off for r, off in zip(rps[server], rps[0], strict=True)]
+            cpu_costs = [c / off - 1 for c, off in zip(cpu[server], cpu[0], strict=True)]
+            cells += [
+                f"{fmean(rps[server]):,.0f}",
+                f"{fmean(costs):+.1%} ({min(costs):+.1%} to {max(costs):+.1%})",
+                f"{fmean(cpu[server]):.0f} ({fmean(cpu_costs):+.1%})",
             ]
-            rps = statistics.fmean(one[number].measured().rps for one in sets)
-            cpu = statistics.fmean(one[number].cpu_us_per_request() for one in sets)
-            cost, cpu_cost = statistics.fmean(costs), statistics.fmean(cpu_costs)
-            cost_range = f"{cost:+.1%} ({min(costs):+.1%} to {max(costs):+.1%})"
-            cells += [f"{rps:,.0f}", cost_range, f"{cpu:.0f} ({cpu_cost:+.1%})"]
-            harness.say(
-                f"{case}, {name}: {rps:,.0f} req/s ({cost:+.1%}), {cpu:.0f} us CPU "
-                f"({cpu_cost:+.1%}) against {off_rps:,.0f} req/s, {off_cpu:.0f} us off"
-            )
-        rows_out.append([case, *cells])
+        table_rows.append([case, *cells])
     busy = os.getloadavg()[0] > (os.cpu_count() or 1)
     return provenance.section(
         "rate-limit",
-        provenance.table(
-            provenance.text("rate-limit", "columns"),
-            rows_out,
-        ),
+        provenance.table(provenance.text("rate-limit", "columns"), table_rows),
         provenance.text("rate-limit", "busy") if busy else "",
         rows=rows, no_refusal=NO_REFUSAL, connections=harness.CONNECTIONS, pairs=pairs,
         slices=slices, seconds=seconds, minutes=(time.monotonic() - started) / 60,

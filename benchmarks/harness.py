@@ -71,36 +71,10 @@ class Measured:
     errors: int
 
 
-def run_wrk(
-    url: str,
-    seconds: int,
-    *,
-    token: str | None = None,
-    headers: Sequence[str] = (),
-    script: Path = WRK_SCRIPT,
-    script_args: Sequence[str] = (),
-    connections: int = CONNECTIONS,
-    threads: int = 1,
-    core: str | None = CLIENT_CORE,
-    timeout: str = "30s",
-    marker: str = "WRK_JSON",
-) -> dict[str, Any]:
-    """One wrk run, pinned to `core`; the JSON its script prints after `marker`."""
-    command = [*pinned(core), "wrk", f"-t{threads}", f"-c{connections}", f"-d{seconds}s"]
-    command += ["--timeout", timeout, "-s", str(script)]
-    for header in (*headers, *([f"Authorization: Bearer {token}"] if token else [])):
-        command += ["-H", header]
-    command += [url, *(["--", *script_args] if script_args else [])]
-    out = subprocess.run(command, check=True, capture_output=True, text=True).stdout
-    match = re.search(rf"^{marker} (\{{.*\}})$", out, re.MULTILINE)
-    if match is None:
-        raise RuntimeError(f"wrk printed no summary:\n{out}")
-    return dict(json.loads(match[1]))
-
-
 @dataclass
 class WrkTarget:
-    """A URL under load with `benchmarks/wrk.lua`; its slices are merged into one `Measured`."""
+    """A URL under wrk's load, by `benchmarks/wrk.lua` unless `script` says otherwise; its
+    kept slices are merged into one `Measured`."""
 
     name: str
     url: str
@@ -111,18 +85,37 @@ class WrkTarget:
     pid: int | None = None  # a server whose CPU time over the kept slices is added up
     cpu: float = 0.0
     slices: list[dict[str, Any]] = field(default_factory=list)
+    script: Path = WRK_SCRIPT  # it prints its summary as JSON after `marker`
+    script_args: tuple[str, ...] = ()
+    marker: str = "WRK_JSON"
+    connections: int = CONNECTIONS
+    threads: int = 1
+    core: str | None = CLIENT_CORE
+    timeout: str = "30s"
 
-    def run(self, seconds: int, keep: bool = True) -> None:
-        script_args: tuple[str, ...] = ()
+    def wrk(self, seconds: int) -> dict[str, Any]:
+        """One wrk run, pinned to `core`: the summary its script prints."""
+        script_args = self.script_args
         if self.paths_file is not None:
             script_args = ("paths", str(self.paths_file))
         elif self.ids_file is not None:
             prefix = urllib.parse.urlsplit(self.url).path.rsplit("/", 1)[0] + "/"
             script_args = (prefix, str(self.ids_file))
+        command = [*pinned(self.core), "wrk", f"-t{self.threads}", f"-c{self.connections}"]
+        command += [f"-d{seconds}s", "--timeout", self.timeout, "-s", str(self.script)]
+        authorization = [f"Authorization: Bearer {self.token}"] if self.token else []
+        for header in (*self.headers, *authorization):
+            command += ["-H", header]
+        command += [self.url, *(["--", *script_args] if script_args else [])]
+        out = subprocess.run(command, check=True, capture_output=True, text=True).stdout
+        match = re.search(rf"^{self.marker} (\{{.*\}})$", out, re.MULTILINE)
+        if match is None:
+            raise RuntimeError(f"wrk printed no summary:\n{out}")
+        return dict(json.loads(match[1]))
+
+    def run(self, seconds: int, keep: bool = True) -> None:
         cpu = cpu_seconds(self.pid) if self.pid else 0.0
-        raw = run_wrk(
-            self.url, seconds, token=self.token, headers=self.headers, script_args=script_args
-        )
+        raw = self.wrk(seconds)
         if keep:
             self.slices.append(raw)
             self.cpu += cpu_seconds(self.pid) - cpu if self.pid else 0.0

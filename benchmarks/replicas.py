@@ -261,14 +261,9 @@ def main() -> None:
     args, outputs = provenance.options(parser, smoke, rows=100_000)
     if args.quick:
         args.imports, args.seconds = 20, 4
-    source = databases.ensure_database(args.rows, outputs.work)
-    here = outputs.work / "replicas"
-    shutil.rmtree(here, ignore_errors=True)
-    here.mkdir(parents=True)
-    db, store, replica_db = here / "primary.db", here / "store", here / "replica.db"
-    shutil.copyfile(source, db)
-    token = databases.create_token(db, "replica")
-    ids = here / "ids.txt"
+    shutil.rmtree(outputs.work / "replicas", ignore_errors=True)  # the store of a run before
+    here, db, token = databases.workspace(args.rows, outputs.work, "replicas")
+    store, replica_db, ids = here / "store", here / "replica.db", here / "ids.txt"
     one = databases.first_ids(db, 2000, ids)[0]
     replica_args = ["--replica-of", store.as_uri()]
     with contextlib.ExitStack() as running:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import random
 import signal
@@ -26,6 +27,7 @@ from leasestar.config import Settings
 
 WARMUP_SECONDS = 10
 RSS_GOAL = 0.10
+MARK = {True: "✅", False: "❌"}
 SCRIPT = harness.BENCH / "soak.lua"  # half records by id, half list pages
 
 
@@ -74,8 +76,9 @@ class ImportRun:
 
 
 def import_loop(
-    db: Path, files: tuple[Path, Path], origin: float, stop: threading.Event, runs: list[ImportRun]
+    db: Path, files: tuple[Path, Path], origin: float, runs: list[ImportRun], stop: threading.Event
 ) -> None:
+    """`leasestar import` of A, B, A, ... until `stop` (the one running let finish)."""
     turn = 0
     while not stop.is_set():
         path = files[turn % 2]
@@ -90,24 +93,12 @@ def import_loop(
         turn += 1
 
 
-def run_wrk(base_url: str, seconds: int, connections: int, args: list[str]) -> dict[str, Any]:
-    """wrk on both cores (like the server and the imports), `soak.lua` choosing requests."""
-    return harness.run_wrk(
-        base_url, seconds, script=SCRIPT, script_args=args, connections=connections,
-        threads=min(2, connections), core=None, timeout="10s", marker="SOAK_JSON",
-    )  # fmt: skip
-
-
 def report(figures: dict[str, Any], command: str) -> tuple[str, bool]:
     """The section, and whether the goals were met."""
     wrk, rss, imports = figures["wrk"], figures["rss_kib"], figures["imports"]
     socket_errors = wrk["connect"] + wrk["read"] + wrk["write"] + wrk["timeout"]
     drift = (rss["end"] - rss["start"]) / rss["start"]
     ok_2xx, ok_rss = wrk["non_2xx_3xx"] == 0 and socket_errors == 0, abs(drift) <= RSS_GOAL
-
-    def mark(ok: bool) -> str:
-        return "✅" if ok else "❌"
-
     runs = ", ".join(
         f"{run['file'].rsplit('-', 1)[1][0].upper()} from {run['started']:.0f} to "
         f"{run['ended']:.0f} s (exit {run['returncode']})"
@@ -118,8 +109,8 @@ def report(figures: dict[str, Any], command: str) -> tuple[str, bool]:
     mib = {key: rss[key] / 1024 for key in ("idle", "start", "end", "max")}
     table = provenance.text(
         "soak", "table", **wrk, **ms, **mib, rate=wrk["requests"] / (wrk["duration_us"] / 1e6),
-        drift=drift, non_2xx_ok=mark(wrk["non_2xx_3xx"] == 0), errors_ok=mark(socket_errors == 0),
-        rss_ok=mark(ok_rss), server_exit=figures["server_exit"],
+        drift=drift, non_2xx_ok=MARK[wrk["non_2xx_3xx"] == 0], errors_ok=MARK[socket_errors == 0],
+        rss_ok=MARK[ok_rss], server_exit=figures["server_exit"],
     )  # fmt: skip
     trend = " → ".join(f"{kib / 1024:.1f} MiB" for kib in rss["every_second"][9::10])
     verdict = "all goals met" if ok_2xx and ok_rss else "GOAL MISSED"
@@ -145,37 +136,32 @@ def main() -> int:
     smoke = {"rows": 2_000, "import_rows": 500, "duration": 5}
     args, outputs = provenance.options(parser, smoke, rows=100_000, nice=False)
     command = "make soak" if len(sys.argv) == 1 else provenance.command()
-    work = outputs.work / "soak"
-    work.mkdir(parents=True, exist_ok=True)
-    template = databases.ensure_database(args.rows, outputs.work)
+    work, db, token = databases.workspace(args.rows, outputs.work, "soak")
     files = import_files(args.import_rows, work)
-    db = databases.copy_database(template, work / "soak.db")
-    token = databases.create_token(db, "soak")
-    wrk_args = [*map(str, request_mix(db, work)), token]
+    # wrk on both cores (like the server and the imports), `soak.lua` choosing requests
+    wrk = harness.WrkTarget(
+        "soak", "", script=SCRIPT, script_args=(*map(str, request_mix(db, work)), token),
+        marker="SOAK_JSON", connections=args.connections, threads=min(2, args.connections),
+        core=None, timeout="10s",
+    )  # fmt: skip
     runs: list[ImportRun] = []
-    stop = threading.Event()
     options = ["--rate-limit", "off", "--log-format", "off"]
     options += ["--read-connections", str(args.read_connections)]
     with harness.leasestar_server(
         "soak", db, args=options, core=None, work=work, stop=signal.SIGTERM
     ) as server:
-        try:
-            idle, load_before = harness.rss_kib(server.pid), provenance.loadavg()
-            say(f"server up on {server.base}, RSS {idle / 1024:.1f} MiB; warming up")
-            run_wrk(server.base, WARMUP_SECONDS, args.connections, wrk_args)
-            start = harness.rss_kib(server.pid)
+        wrk.url = server.base
+        idle, load_before = harness.rss_kib(server.pid), provenance.loadavg()
+        say(f"server up on {server.base}, RSS {idle / 1024:.1f} MiB; warming up")
+        wrk.wrk(WARMUP_SECONDS)
+        start = harness.rss_kib(server.pid)
+        say(f"RSS {start / 1024:.1f} MiB; {args.duration} s of wrk while imports run")
+        importing = functools.partial(import_loop, db, files, time.monotonic(), runs)
+        with harness.in_background(importing):
             with harness.rss_samples(server.pid, 1.0) as samples:
-                loop = (db, files, time.monotonic(), stop, runs)
-                importer = threading.Thread(target=import_loop, args=loop, daemon=True)
-                importer.start()
-                say(f"RSS {start / 1024:.1f} MiB; {args.duration} s of wrk while imports run")
-                measured = run_wrk(server.base, args.duration, args.connections, wrk_args)
+                measured = wrk.wrk(args.duration)
                 end = harness.rss_kib(server.pid)
-            stop.set()
             say("wrk done; letting the running import finish")
-            importer.join(timeout=600)
-        finally:
-            stop.set()
     figures = {
         "date": provenance.now(),
         "machine": provenance.describe_machine("python"),
