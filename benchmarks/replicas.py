@@ -56,11 +56,8 @@ def _seed(db: Path, count: int, seed: int) -> subprocess.Popen[bytes]:
 
 @contextlib.contextmanager
 def _replicating(db: Path, store: Path) -> Iterator[None]:
-    process = subprocess.Popen(
-        [str(LEASESTAR), "replicate", "--db", str(db), "--to", store.as_uri()],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    command = [str(LEASESTAR), "replicate", "--db", str(db), "--to", store.as_uri()]
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         # A finished file: litestream writes each under a temporary name first.
         failure = "leasestar replicate did not ship the database"
@@ -177,11 +174,7 @@ def measure_lag(
             lags.applied.append(served - followed)
             if size:  # 0: the file was not seen in the store before it was served
                 lags.file_bytes.append(size)
-            say(
-                f"  import {number}/{imports}: served in {lags.served[-1]:.2f} s (shipped "
-                f"{lags.shipped[-1]:.2f} s, followed {lags.followed[-1]:.2f} s, applied "
-                f"{lags.applied[-1]:.2f} s; {size / 1e6:.0f} MB)"
-            )
+            say(f"  import {number}/{imports}: served in {lags.served[-1]:.2f} s")
     finally:
         watcher.close()
     return lags
