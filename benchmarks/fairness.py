@@ -62,38 +62,30 @@ class Heavy:
     served_ms: list[float] = field(default_factory=list)
 
 
-def _heavy_request(base: str, path: str, token: str) -> tuple[int, float]:
-    split = urllib.parse.urlsplit(base)
-    connection = http.client.HTTPConnection(split.hostname or "", split.port, timeout=DRAIN_SECONDS)
-    started = time.perf_counter()
-    try:
-        connection.request(
-            "GET", path, headers={"Authorization": f"Bearer {token}", **HEAVY_HEADERS}
-        )
-        response = connection.getresponse()
-        while response.read(1 << 20):  # read to the end, a MiB at a time, and forget it
-            pass
-        return response.status, (time.perf_counter() - started) * 1000
-    except OSError:
-        return 0, 0.0
-    finally:
-        connection.close()
-
-
 def heavy_sender(base: str, token: str, paths: list[str], go: Event, stop: Event, out: Any) -> None:
     """Send HEAVY_RATE requests a second from `go` until `stop`, then wait for the answers."""
     heavy = Heavy()
     outstanding = threading.Semaphore(HEAVY_OUTSTANDING)
     lock = threading.Lock()
+    split = urllib.parse.urlsplit(base)
+    headers = {"Authorization": f"Bearer {token}", **HEAVY_HEADERS}
 
     def one(path: str) -> None:
+        connection = http.client.HTTPConnection(split.hostname or "", split.port, DRAIN_SECONDS)
+        started, status = time.perf_counter(), 0  # 0: no answer
         try:
-            status, ms = _heavy_request(base, path, token)
+            with contextlib.suppress(OSError):
+                connection.request("GET", path, headers=headers)
+                response = connection.getresponse()
+                while response.read(1 << 20):  # read to the end, a MiB at a time, and forget it
+                    pass
+                status = response.status
             with lock:
                 heavy.statuses[status] = heavy.statuses.get(status, 0) + 1
                 if status == 200:
-                    heavy.served_ms.append(ms)
+                    heavy.served_ms.append((time.perf_counter() - started) * 1000)
         finally:
+            connection.close()
             outstanding.release()
 
     with ThreadPoolExecutor(max_workers=HEAVY_OUTSTANDING) as pool:
@@ -178,23 +170,7 @@ def measure(variant: Variant, db: Path, rounds: int, seconds: float, work: Path)
             stop.set()
             variant.heavy.append(out.get(timeout=DRAIN_SECONDS + 30))
             process.join(timeout=30)
-            harness.say(
-                f"concurrency {variant.concurrency}, round {number + 1}: light p99 alone "
-                f"{percentile(variant.alone, 0.99):.2f} ms, with heavy "
-                f"{percentile(variant.loaded, 0.99):.2f} ms"
-            )
-
-
-def report(
-    variants: list[Variant], rows: int, rounds: int, seconds: float, load: str, took: float
-) -> str:
-    return provenance.section(
-        "fairness",
-        provenance.table(provenance.text("fairness", "columns"), (v.row() for v in variants)),
-        rows=rows, rounds=rounds, seconds=seconds, minutes=took / 60, load_before=load,
-        load_after=provenance.loadavg(), light_rate=LIGHT_RATE, heavy_rate=HEAVY_RATE,
-        outstanding=HEAVY_OUTSTANDING,
-    )  # fmt: skip
+            harness.say(f"concurrency {variant.concurrency}, round {number + 1}: {variant.row()}")
 
 
 def rate_limit_cost(db: Path, seconds: int, slices: int, pairs: int, rows: int, work: Path) -> str:
@@ -230,17 +206,17 @@ def rate_limit_cost(db: Path, seconds: int, slices: int, pairs: int, rows: int, 
     table_rows = []
     for case, sets in runs.items():
         # Per server (COST_SERVERS' order): its req/s and CPU us per request in each set.
-        servers = list(zip(*sets, strict=True))
-        rps = [[target.measured().rps for target in one] for one in servers]
-        cpu = [[target.cpu_us_per_request() for target in one] for one in servers]
+        per_server = list(zip(*sets, strict=True))
+        rps = [[target.measured().rps for target in one] for one in per_server]
+        cpu = [[target.cpu_us_per_request() for target in one] for one in per_server]
         cells = [f"{fmean(rps[0]):,.0f}", f"{fmean(cpu[0]):.0f}"]
-        for server in range(1, len(servers)):
-            costs = [1 - r / off for r, off in zip(rps[server], rps[0], strict=True)]
-            cpu_costs = [c / off - 1 for c, off in zip(cpu[server], cpu[0], strict=True)]
+        for number in range(1, len(per_server)):
+            costs = [1 - r / off for r, off in zip(rps[number], rps[0], strict=True)]
+            cpu_costs = [c / off - 1 for c, off in zip(cpu[number], cpu[0], strict=True)]
             cells += [
-                f"{fmean(rps[server]):,.0f}",
+                f"{fmean(rps[number]):,.0f}",
                 f"{fmean(costs):+.1%} ({min(costs):+.1%} to {max(costs):+.1%})",
-                f"{fmean(cpu[server]):.0f} ({fmean(cpu_costs):+.1%})",
+                f"{fmean(cpu[number]):.0f} ({fmean(cpu_costs):+.1%})",
             ]
         table_rows.append([case, *cells])
     busy = os.getloadavg()[0] > (os.cpu_count() or 1)
@@ -279,7 +255,13 @@ def main() -> int:
     with harness.on_core(harness.CLIENT_CORE):
         for variant in variants:
             measure(variant, db, rounds, seconds, outputs.work)
-    section = report(variants, rows, rounds, seconds, load, time.monotonic() - started)
+    section = provenance.section(
+        "fairness",
+        provenance.table(provenance.text("fairness", "columns"), (v.row() for v in variants)),
+        rows=rows, rounds=rounds, seconds=seconds, minutes=(time.monotonic() - started) / 60,
+        load_before=load, load_after=provenance.loadavg(), light_rate=LIGHT_RATE,
+        heavy_rate=HEAVY_RATE, outstanding=HEAVY_OUTSTANDING,
+    )  # fmt: skip
     provenance.publish(section, outputs.results_md)
     return 0
 

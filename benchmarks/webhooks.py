@@ -68,18 +68,16 @@ class Record:
 
     def answer(self, path: str) -> bytes:
         if path == "/arrivals":
-            lines = b"".join(msgspec.json.encode(a) + b"\n" for a in self.arrivals)
-            return _response(lines, "application/x-ndjson")
-        if path == "/samples":
-            return _response(json.dumps(self.samples).encode(), "application/json")
-        if path == "/count":
-            return _response(str(len(self.arrivals)).encode(), "text/plain")
-        return b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n"
-
-
-def _response(body: bytes, kind: str) -> bytes:
-    head = f"HTTP/1.1 200 OK\r\ncontent-type: {kind}\r\ncontent-length: {len(body)}\r\n\r\n"
-    return head.encode() + body
+            body = b"".join(msgspec.json.encode(a) + b"\n" for a in self.arrivals)
+            kind = "application/x-ndjson"
+        elif path == "/samples":
+            body, kind = json.dumps(self.samples).encode(), "application/json"
+        elif path == "/count":
+            body, kind = str(len(self.arrivals)).encode(), "text/plain"
+        else:
+            return b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n"
+        head = f"HTTP/1.1 200 OK\r\ncontent-type: {kind}\r\ncontent-length: {len(body)}\r\n\r\n"
+        return head.encode() + body
 
 
 class _Connection(asyncio.Protocol):
@@ -101,9 +99,6 @@ class _Connection(asyncio.Protocol):
             assert self._transport is not None
             self._transport.close()
 
-    def on_message_begin(self) -> None:
-        self._url, self._headers, self._body = b"", {}, []
-
     def on_url(self, url: bytes) -> None:
         self._url += url
 
@@ -120,6 +115,7 @@ class _Connection(asyncio.Protocol):
             self._transport.write(_OK)
         else:
             self._transport.write(self._record.answer(self._url.decode()))
+        self._url, self._headers, self._body = b"", {}, []  # the next request's
 
 
 async def serve_receivers(count: int) -> None:
