@@ -304,9 +304,7 @@ def _report(
             row += [f"{b.rps:,.0f}", f"{o.rps:,.0f}", f"{o.rps / b.rps:.2f}x" if b.rps else "-"]
         rows.append(row)
     part = "skipped" if args.skip_applying else "applying"
-    applying_text = provenance.text(
-        "edge-replicas", part, big_rows=BIG_IMPORT_ROWS, applied_in=took
-    )
+    text = provenance.text("edge-replicas", part, big_rows=BIG_IMPORT_ROWS, applied_in=took)
     return provenance.section(
         "edge-replicas",
         provenance.table(provenance.text("edge-replicas", "columns"), rows),
@@ -318,7 +316,7 @@ def _report(
         shipped=statistics.median(lags.shipped), followed=statistics.median(lags.followed),
         applied=statistics.median(lags.applied), size_p50=statistics.median(sizes) / 1e6,
         size_min=min(sizes) / 1e6, size_max=max(sizes) / 1e6, sizes=len(sizes),
-        counted=lags.counted[-1], slice=args.slice, applying=applying_text,
+        counted=lags.counted[-1], slice=args.slice, applying=text,
     )  # fmt: skip
 
 

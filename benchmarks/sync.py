@@ -40,10 +40,8 @@ class Run:
 def _export_once(db: Path) -> Run:
     """`leasestar export` to /dev/null on the server's core (taskset execs it: its CPU time
     is the export's own)."""
-    cpu, started = harness.children_cpu(), time.perf_counter()
     command = [*pinned(SERVER_CORE), str(harness.LEASESTAR), "export", "--db", str(db)]
-    subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
-    return Run(time.perf_counter() - started, harness.children_cpu() - cpu)
+    return Run(*harness.timed_run(command))
 
 
 def _stream_once(server: harness.Server, token: str, encoding: str) -> Run:

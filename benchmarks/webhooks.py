@@ -246,11 +246,7 @@ def receiving(count: int, db: Path) -> Iterator[Receivers]:
 
 
 def timed_import(db: Path, file: Path) -> tuple[float, float]:
-    """`leasestar import`'s seconds, and its CPU seconds (which other work moves least)."""
-    started, cpu = time.monotonic(), harness.children_cpu()
-    command = [str(LEASESTAR), "import", "--db", str(db), str(file)]
-    subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
-    return time.monotonic() - started, harness.children_cpu() - cpu
+    return harness.timed_run([str(LEASESTAR), "import", "--db", str(db), str(file)])
 
 
 def steady_imports(db: Path, rows: int, seconds: int) -> list[float]:
