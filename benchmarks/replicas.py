@@ -75,13 +75,10 @@ def _replicating(db: Path, store: Path) -> Iterator[None]:
 @dataclass
 class Lags:
     """Per import, seconds from the primary's commit to the replica serving a new record
-    (`shipped`, `followed` by its litestream, `applied`), to `meta.total` counting it."""
+    and its parts: (served, shipped, followed by the replica's litestream, applied)."""
 
-    served: list[float] = field(default_factory=list)
-    counted: list[float] = field(default_factory=list)
-    shipped: list[float] = field(default_factory=list)
-    followed: list[float] = field(default_factory=list)
-    applied: list[float] = field(default_factory=list)
+    parts: list[tuple[float, float, float, float]] = field(default_factory=list)
+    counted: float = 0.0  # the last import's, to `meta.total` counting it
     file_bytes: list[int] = field(default_factory=list)
     first_after_start: float = 0.0  # the import not counted (`measure_lag`)
     load: str = field(default_factory=provenance.loadavg)
@@ -162,19 +159,18 @@ def measure_lag(
                         lambda p=polls, b=before_total: _total(p, token) != b,
                         600, "the replica did not count it within 600 s", POLL_SECONDS,
                     )  # fmt: skip
-                    lags.counted.append(time.monotonic() - committed)
+                    lags.counted = time.monotonic() - committed
             seeding.wait(timeout=60)
             if number == 0:
                 lags.first_after_start = served - committed
                 say(f"  import 0 (not counted): served in {lags.first_after_start:.2f} s")
                 continue
-            lags.served.append(served - committed)
-            lags.shipped.append(shipped - committed)
-            lags.followed.append(followed - shipped)
-            lags.applied.append(served - followed)
+            lags.parts.append(
+                (served - committed, shipped - committed, followed - shipped, served - followed)
+            )
             if size:  # 0: the file was not seen in the store before it was served
                 lags.file_bytes.append(size)
-            say(f"  import {number}/{imports}: served in {lags.served[-1]:.2f} s")
+            say(f"  import {number}/{imports}: served in {served - committed:.2f} s")
     finally:
         watcher.close()
     return lags
@@ -293,6 +289,7 @@ def _report(
     args: argparse.Namespace, lags: Lags, pairs: Pairs, applying: Pairs, took: float
 ) -> str:
     sizes = lags.file_bytes or [0]
+    served, shipped, followed, applied = zip(*lags.parts, strict=True)
     rows = []
     for (primary, replica), (meanwhile, during) in zip(pairs, applying, strict=True):
         row = [primary.name.removeprefix("primary ")]
@@ -309,14 +306,14 @@ def _report(
         "edge-replicas",
         provenance.table(provenance.text("edge-replicas", "columns"), rows),
         name="edge-replicas" if args.rows == 100_000 else f"edge-replicas-{args.rows}",
-        rows=args.rows, load=provenance.loadavg(), imports=len(lags.served),
+        rows=args.rows, load=provenance.loadavg(), imports=len(served),
         import_rows=IMPORT_ROWS, lag_load=lags.load, poll_ms=POLL_SECONDS * 1000,
-        served_p50=statistics.median(lags.served), served_p99=percentile(lags.served, 0.99),
-        served_max=max(lags.served), first=lags.first_after_start,
-        shipped=statistics.median(lags.shipped), followed=statistics.median(lags.followed),
-        applied=statistics.median(lags.applied), size_p50=statistics.median(sizes) / 1e6,
+        served_p50=statistics.median(served), served_p99=percentile(served, 0.99),
+        served_max=max(served), first=lags.first_after_start,
+        shipped=statistics.median(shipped), followed=statistics.median(followed),
+        applied=statistics.median(applied), size_p50=statistics.median(sizes) / 1e6,
         size_min=min(sizes) / 1e6, size_max=max(sizes) / 1e6, sizes=len(sizes),
-        counted=lags.counted[-1], slice=args.slice, applying=text,
+        counted=lags.counted, slice=args.slice, applying=text,
     )  # fmt: skip
 
 

@@ -23,6 +23,7 @@ import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import Final, cast
 
@@ -121,13 +122,10 @@ class _Connection(asyncio.Protocol):
 async def serve_receivers(count: int) -> None:
     """`count` receivers on loopback: their ports printed as JSON, served until SIGTERM."""
     loop = asyncio.get_running_loop()
-    servers = []
-    for _ in range(count):
-        record = Record()
-        server = await loop.create_server(
-            lambda record=record: _Connection(record), "127.0.0.1", 0, backlog=64
-        )
-        servers.append(server)
+    servers = [
+        await loop.create_server(partial(_Connection, Record()), "127.0.0.1", 0, backlog=64)
+        for _ in range(count)
+    ]
     ports = [server.sockets[0].getsockname()[1] for server in servers]
     print(json.dumps(ports), flush=True)
     stop = asyncio.Event()
