@@ -238,11 +238,9 @@ def main() -> int:
     parser.add_argument("--pairs", type=int, default=4, help="rate limit's sets of servers")
     parser.add_argument("--rounds", type=int, default=4, help="fairness' rounds per server")
     parser.add_argument("--seconds", type=float, default=20, help="fairness' phase seconds")
-    parser.add_argument("--quick", action="store_true", help="fairness in 2 rounds of 8 s")
     smoke = {"rows": 2_000, "slice_seconds": 1, "slices": 1, "pairs": 1, "rounds": 1}
-    args, outputs = provenance.options(parser, {**smoke, "seconds": 3.0}, rows=100_000)
-    if args.quick and not args.smoke:
-        args.rounds, args.seconds = 2, 8.0
+    quick = {"rounds": 2, "seconds": 8.0}  # fairness' only
+    args, outputs = provenance.options(parser, {**smoke, "seconds": 3.0}, rows=100_000, quick=quick)
     rows, rounds, seconds = args.rows, args.rounds, args.seconds
     db = databases.ensure_database(rows, outputs.work)
     if args.only != "fairness":

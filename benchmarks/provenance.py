@@ -165,19 +165,24 @@ def options(
     rows: int | list[int] | bool | None = False,
     out: str = "--out",
     nice: bool = True,
+    quick: dict[str, Any] | None = None,
 ) -> tuple[argparse.Namespace, Outputs]:
-    """`OPTIONS` added (`--rows` with the default `rows` unless False, `--out` as `out`) and
-    parsed, `--smoke DIR` putting `smoke` over the values given; wrk installed if missing
-    and allowed; nice -10 where allowed, so that on a shared machine the measured
-    processes (servers and wrk inherit it) keep their cores."""
+    """`OPTIONS` added (`--rows` with the default `rows` unless False, `--out` as `out`,
+    `--quick` where there are `quick` values) and parsed, `--smoke DIR` putting `smoke`
+    over the values given, else `--quick` its values; wrk installed if missing and
+    allowed; nice -10 where allowed, so that on a shared machine the measured processes
+    (servers and wrk inherit it) keep their cores."""
     for name, keywords in OPTIONS.items():
         several = "+" if isinstance(rows, list) else None
         if name != "--rows":
             parser.add_argument(out if name == "--out" else name, **keywords)
         elif rows is not False:
             parser.add_argument(name, **keywords, default=rows, nargs=several)
+    if quick is not None:
+        given = " ".join(f"--{name.replace('_', '-')} {value}" for name, value in quick.items())
+        parser.add_argument("--quick", action="store_true", help=f"a shorter run: {given}")
     args = parser.parse_args(argv)
-    vars(args).update(smoke if args.smoke else {})
+    vars(args).update(smoke if args.smoke else quick if getattr(args, "quick", False) else {})
     outputs = Outputs(args.smoke.resolve() / "work", below(args.smoke)) if args.smoke else Outputs()
     if given := getattr(args, out.lstrip("-")):
         outputs = Outputs(outputs.work, given if given.suffix == ".md" else below(given))

@@ -244,12 +244,10 @@ def main() -> None:
     parser.add_argument("--imports", type=int, default=25)
     parser.add_argument("--seconds", type=int, default=10, help="measured seconds per target")
     parser.add_argument("--slice", type=int, default=2, help="seconds per wrk slice")
-    parser.add_argument("--quick", action="store_true", help="20 imports, 4 s per target")
     parser.add_argument("--skip-applying", action="store_true", help="not while a change applies")
-    smoke = {"rows": 2000, "imports": 3, "seconds": 2, "slice": 1, "quick": False}
-    args, outputs = provenance.options(parser, smoke, rows=100_000)
-    if args.quick:
-        args.imports, args.seconds = 20, 4
+    smoke = {"rows": 2000, "imports": 3, "seconds": 2, "slice": 1}
+    quick = {"imports": 20, "seconds": 4}
+    args, outputs = provenance.options(parser, smoke, rows=100_000, quick=quick)
     shutil.rmtree(outputs.work / "replicas", ignore_errors=True)  # the store of a run before
     here, db, token = databases.workspace(args.rows, outputs.work, "replicas")
     store, replica_db, ids = here / "store", here / "replica.db", here / "ids.txt"

@@ -100,8 +100,7 @@ def report(figures: dict[str, Any], command: str) -> tuple[str, bool]:
     drift = (rss["end"] - rss["start"]) / rss["start"]
     ok_2xx, ok_rss = wrk["non_2xx_3xx"] == 0 and socket_errors == 0, abs(drift) <= RSS_GOAL
     runs = ", ".join(
-        f"{run['file'].rsplit('-', 1)[1][0].upper()} from {run['started']:.0f} to "
-        f"{run['ended']:.0f} s (exit {run['returncode']})"
+        provenance.text("soak", "import", name=run["file"].rsplit("-", 1)[1][0].upper(), **run)
         for run in imports
     )
     ms = {key.removesuffix("_us"): wrk[key] / 1000 for key in ("p50_us", "p90_us", "p99_us")}
@@ -138,19 +137,19 @@ def main() -> int:
     command = "make soak" if len(sys.argv) == 1 else provenance.command()
     work, db, token = databases.workspace(args.rows, outputs.work, "soak")
     files = import_files(args.import_rows, work)
-    # wrk on both cores (like the server and the imports), `soak.lua` choosing requests
-    wrk = harness.WrkTarget(
-        "soak", "", script=SCRIPT, script_args=(*map(str, request_mix(db, work)), token),
-        marker="SOAK_JSON", connections=args.connections, threads=min(2, args.connections),
-        core=None, timeout="10s",
-    )  # fmt: skip
+    script_args = (*map(str, request_mix(db, work)), token)
     runs: list[ImportRun] = []
     options = ["--rate-limit", "off", "--log-format", "off"]
     options += ["--read-connections", str(args.read_connections)]
     with harness.leasestar_server(
         "soak", db, args=options, core=None, work=work, stop=signal.SIGTERM
     ) as server:
-        wrk.url = server.base
+        # wrk on both cores (like the server and the imports), `soak.lua` choosing requests
+        wrk = harness.WrkTarget(
+            "soak", server.base, script=SCRIPT, script_args=script_args, marker="SOAK_JSON",
+            connections=args.connections, threads=min(2, args.connections), core=None,
+            timeout="10s",
+        )  # fmt: skip
         idle, load_before = harness.rss_kib(server.pid), provenance.loadavg()
         say(f"server up on {server.base}, RSS {idle / 1024:.1f} MiB; warming up")
         wrk.wrk(WARMUP_SECONDS)

@@ -174,13 +174,11 @@ def _stream_table(exports: list[Run], streams: dict[str, list[Run]], size: int, 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="100,000 rows, 200 clients")
     parser.add_argument("--rounds", type=int, default=5, help="export and streams in turn")
     parser.add_argument("--clients", type=int, default=500, help="long polls")
     smoke = {"rows": 2_000, "clients": 20, "rounds": 2}
-    args, outputs = provenance.options(parser, smoke, rows=1_000_000)
-    if args.quick and not args.smoke:
-        args.rows, args.clients = 100_000, 200
+    quick = {"rows": 100_000, "clients": 200}
+    args, outputs = provenance.options(parser, smoke, rows=1_000_000, quick=quick)
     rows = args.rows
     db = databases.ensure_database(rows, outputs.work)
     with contextlib.closing(databases.read_only(db)) as connection:

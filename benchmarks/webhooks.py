@@ -336,17 +336,16 @@ def main() -> None:
     off = statistics.mean(wall for wall, _ in imports_off)
     off_cpu = statistics.mean(cpu for _, cpu in imports_off)
     (on, on_cpu), calm = import_on, idle.measured() if idle.slices else None
-    while_delivering = "- (delivery ended within the first slice)"
+    while_delivering = provenance.text("webhooks", "no_delivering")
     if calm is not None and delivering.slices:
-        rps = delivering.measured().rps
-        while_delivering = (
-            f"{rps:,.0f} ({rps / calm.rps:.2f}x of idle, {len(delivering.slices)} slices)"
-        )
+        rps, slices = delivering.measured().rps, len(delivering.slices)
+        fields = {"rps": rps, "ratio": rps / calm.rps, "slices": slices}
+        while_delivering = provenance.text("webhooks", "delivering", **fields)
     after = [arrived for arrived in burst.arrivals if arrived > wrk_ended]
-    unloaded = "- (delivered before wrk stopped)"
+    unloaded = provenance.text("webhooks", "no_unloaded")
     if len(after) > 1:
         rate = len(after) / (max(after) - wrk_ended)
-        unloaded = f"{rate:,.0f} ({rate / len(SIGNING):,.0f} per subscription)"
+        unloaded = provenance.text("webhooks", "unloaded", rate=rate, each=rate / len(SIGNING))
     ms = 1000
     section = provenance.section(
         "webhooks",
