@@ -242,9 +242,9 @@ def in_background(work: Callable[[threading.Event], None]) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def rss_samples(pid: int, every: float, at_once: bool = False) -> Iterator[list[int]]:
-    """The process's RSS (KiB) every `every` seconds while the block runs (and at once)."""
-    samples: list[int] = [rss_kib(pid)] if at_once else []
+def rss_samples(pid: int, every: float) -> Iterator[list[int]]:
+    """The process's RSS (KiB) every `every` seconds while the block runs."""
+    samples: list[int] = []
 
     def sample(stop: threading.Event) -> None:
         while not stop.wait(every):

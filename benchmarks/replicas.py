@@ -93,14 +93,11 @@ def _store_files(store: Path) -> Iterator[tuple[int, Path]]:
 def _import_in_store(store: Path, after: int) -> tuple[int, int]:
     """(transaction, size) of the first level-0 file past `after` large enough to be an
     import; (0, 0) while there is none."""
-    found = (0, 0)
-    for txid, path in _store_files(store):
-        if txid > after and (found == (0, 0) or txid < found[0]):
-            with contextlib.suppress(OSError):
-                size = path.stat().st_size
-                if size >= IMPORT_FILE_MIN_BYTES:
-                    found = (txid, size)
-    return found
+    for txid, path in sorted(_store_files(store)):
+        with contextlib.suppress(OSError):  # (a file litestream removed meanwhile)
+            if txid > after and (size := path.stat().st_size) >= IMPORT_FILE_MIN_BYTES:
+                return txid, size
+    return 0, 0
 
 
 def _followed_txid(replica_db: Path) -> int:
@@ -131,7 +128,7 @@ def measure_lag(
     of its records answering 200 on the replica; for the last, to `meta.total` too."""
     watcher = sqlite3.connect(f"file:{db}?mode=ro", uri=True, isolation_level=None)
     lags = Lags()
-    try:
+    with contextlib.closing(watcher):
         # `meta.total` only after the last import: a first count after a change took 38-104 s
         # at 1M. Import 0 is reported apart: a replica just caught up is still starting.
         for number in range(imports + 1):
@@ -171,8 +168,6 @@ def measure_lag(
             if size:  # 0: the file was not seen in the store before it was served
                 lags.file_bytes.append(size)
             say(f"  import {number}/{imports}: served in {served - committed:.2f} s")
-    finally:
-        watcher.close()
     return lags
 
 

@@ -48,7 +48,7 @@ def _stream_once(server: harness.Server, token: str, encoding: str) -> Run:
     """One curl stream of the table in id order (the export's order and bytes); the server's
     CPU time, its RSS sampled every 20 ms."""
     before = harness.rss_kib(server.pid)
-    with harness.rss_samples(server.pid, 0.02, at_once=True) as samples:
+    with harness.rss_samples(server.pid, 0.02) as samples:
         cpu, started = harness.cpu_seconds(server.pid), time.perf_counter()
         done = subprocess.run([
             *pinned(CLIENT_CORE), "curl", "-sS", "-o", "/dev/null", "-w", "%{size_download}",
@@ -57,7 +57,7 @@ def _stream_once(server: harness.Server, token: str, encoding: str) -> Run:
         ], capture_output=True, text=True, check=True)  # fmt: skip
         elapsed = time.perf_counter() - started
     cpu = harness.cpu_seconds(server.pid) - cpu
-    return Run(elapsed, cpu, int(done.stdout), max(samples), before)
+    return Run(elapsed, cpu, int(done.stdout), max([before, *samples]), before)
 
 
 def _alternate(db: Path, rounds: int, work: Path) -> tuple[list[Run], dict[str, list[Run]], int]:
