@@ -17,9 +17,7 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -275,14 +273,11 @@ def free_port() -> int:
 
 
 def http_get(url: str, token: str | None = None, timeout: float = 60) -> tuple[int, bytes]:
-    request = urllib.request.Request(url)
-    if token:
-        request.add_header("Authorization", f"Bearer {token}")
-    try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
-            return int(response.status), response.read()
-    except urllib.error.HTTPError as error:
-        return int(error.code), error.read()
+    """One GET on a connection of its own: its status and body."""
+    path = urllib.parse.urlsplit(url)._replace(scheme="", netloc="").geturl()
+    with contextlib.closing(KeepAlive(url, timeout)) as client:
+        status, _, body, _ = client.get(path, token)
+    return status, body
 
 
 def get_ok(url: str, token: str | None = None, timeout: float = 60) -> bytes:

@@ -19,7 +19,6 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -165,8 +164,7 @@ class Receivers:
         return f"http://127.0.0.1:{self.ports[index]}/hook"
 
     def get(self, index: int, path: str) -> bytes:
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.ports[index]}{path}") as answer:
-            return bytes(answer.read())
+        return harness.get_ok(f"http://127.0.0.1:{self.ports[index]}{path}")
 
     def pending(self) -> bool:
         return any(int(self.get(i, "/count")) < self.expected for i in range(len(self.ports)))
