@@ -209,11 +209,9 @@ def _pairs(
     ]
 
 
-def _while_applying(
-    args: argparse.Namespace, db: Path, bases: tuple[str, str], token: str, ids: Path, one: str
-) -> tuple[Pairs, float]:
-    """Both servers in turns while the replica applies a large import; and its seconds."""
-    replica = bases[1]
+def _while_applying(db: Path, replica: str, token: str, applying: Pairs, seconds: int) -> float:
+    """`applying` (both servers) in turns while the replica applies a large import; the
+    seconds it took."""
     say(f"throughput while the replica applies {BIG_IMPORT_ROWS:,} new applicants")
     before = _total(replica, token)
     if _seed(db, BIG_IMPORT_ROWS, 7).wait(timeout=1800) != 0:
@@ -224,14 +222,13 @@ def _while_applying(
             break
         time.sleep(0.05)
     # The primary in turns too: background load falls on both sides of the ratio alike.
-    applying = _pairs(bases, ("primary meanwhile", "replica applying"), token, ids, one)
     started = time.monotonic()
     while _total(replica, token) == before:
         for target in (t for pair in applying for t in pair):
-            target.run(args.slice)
+            target.run(seconds)
         if time.monotonic() - started > 900:
             raise RuntimeError("the replica did not apply the big import in 900 s")
-    return applying, time.monotonic() - started
+    return time.monotonic() - started
 
 
 def main() -> None:
@@ -271,10 +268,10 @@ def main() -> None:
         pairs = _pairs(bases, ("primary", "replica"), token, ids, one)
         flat = [target for pair in pairs for target in pair]
         harness.interleave(flat, max(1, args.seconds // args.slice), args.slice, order="same")
-        skipped = [WrkTarget("not measured", ""), WrkTarget("not measured", "")]
-        applying, applied_in = [skipped for _ in pairs], 0.0
+        applying = _pairs(bases, ("primary meanwhile", "replica applying"), token, ids, one)
+        applied_in = 0.0
         if not args.skip_applying:
-            applying, applied_in = _while_applying(args, db, bases, token, ids, one)
+            applied_in = _while_applying(db, replica.base, token, applying, args.slice)
     provenance.publish(_report(args, lags, pairs, applying, applied_in), outputs.results_md)
 
 
