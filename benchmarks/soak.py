@@ -12,10 +12,9 @@ import random
 import signal
 import subprocess
 import sys
-import threading
 import time
-from dataclasses import asdict, dataclass
 from pathlib import Path
+from threading import Event
 from typing import Any
 
 import databases
@@ -66,19 +65,11 @@ def request_mix(db: Path, work: Path) -> tuple[Path, Path]:
     return ids_file, lists_file
 
 
-@dataclass
-class ImportRun:
-    file: str
-    started: float  # seconds from the start of the measured wrk run
-    ended: float
-    returncode: int
-    output: str
-
-
 def import_loop(
-    db: Path, files: tuple[Path, Path], origin: float, runs: list[ImportRun], stop: threading.Event
+    db: Path, files: tuple[Path, Path], origin: float, runs: list[dict[str, Any]], stop: Event
 ) -> None:
-    """`leasestar import` of A, B, A, ... until `stop` (the one running let finish)."""
+    """`leasestar import` of A, B, A, ... until `stop` (the one running let finish); each
+    run's file, its start and end in seconds from `origin`, its exit status and output."""
     turn = 0
     while not stop.is_set():
         path = files[turn % 2]
@@ -87,8 +78,10 @@ def import_loop(
         result = subprocess.run(command, capture_output=True, text=True, check=False)
         ended = time.monotonic() - origin
         output = (result.stdout + result.stderr).strip()[-300:]
-        run = ImportRun(path.name, round(started, 1), round(ended, 1), result.returncode, output)
-        runs.append(run)
+        runs.append({
+            "file": path.name, "started": round(started, 1), "ended": round(ended, 1),
+            "returncode": result.returncode, "output": output,
+        })  # fmt: skip
         say(f"import {path.name}: exit {result.returncode}, {ended - started:.1f} s")
         turn += 1
 
@@ -138,7 +131,7 @@ def main() -> int:
     work, db, token = databases.workspace(args.rows, outputs.work, "soak")
     files = import_files(args.import_rows, work)
     script_args = (*map(str, request_mix(db, work)), token)
-    runs: list[ImportRun] = []
+    runs: list[dict[str, Any]] = []
     options = ["--rate-limit", "off", "--log-format", "off"]
     options += ["--read-connections", str(args.read_connections)]
     with harness.leasestar_server(
@@ -172,13 +165,13 @@ def main() -> int:
             "idle": idle, "start": start, "end": end, "max": max([start, end, *samples]),
             "every_second": samples,
         },
-        "imports": [asdict(run) for run in runs],
+        "imports": runs,
         "server_exit": server.returncode,
     }  # fmt: skip
     (work / "soak-results.json").write_text(json.dumps(figures, indent=2) + "\n")
     section, met = report(figures, command)
     provenance.publish(section, outputs.results_md)
-    return 0 if met and all(run.returncode == 0 for run in runs) else 1
+    return 0 if met and all(run["returncode"] == 0 for run in runs) else 1
 
 
 if __name__ == "__main__":

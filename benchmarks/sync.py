@@ -37,13 +37,6 @@ class Run:
     before_kib: int = 0  # the server's RSS just before it
 
 
-def _export_once(db: Path) -> Run:
-    """`leasestar export` to /dev/null on the server's core (taskset execs it: its CPU time
-    is the export's own)."""
-    command = [*pinned(SERVER_CORE), str(harness.LEASESTAR), "export", "--db", str(db)]
-    return Run(*harness.timed_run(command))
-
-
 def _stream_once(server: harness.Server, token: str, encoding: str) -> Run:
     """One curl stream of the table in id order (the export's order and bytes); the server's
     CPU time, its RSS sampled every 20 ms."""
@@ -64,22 +57,20 @@ def _alternate(db: Path, rounds: int, work: Path) -> tuple[list[Run], dict[str, 
     """(exports, streams by encoding, idle RSS): each taken in turn, `rounds` times, so that
     other work on a shared machine weighs on each alike."""
     token = databases.create_token(db, "sync")
+    # To /dev/null on the server's core (taskset execs it: its CPU time is the export's own).
+    export = [*pinned(SERVER_CORE), str(harness.LEASESTAR), "export", "--db", str(db)]
     exports: list[Run] = []
     streams: dict[str, list[Run]] = {encoding: [] for encoding in ENCODINGS}
     with harness.leasestar_server("sync", db, QUIET, work=work) as server:
         idle = harness.rss_kib(server.pid)
         # Unmeasured: the first export after the server started had it build its columnar
         # copy of the table meanwhile (~100 MB and 3.5 s of the export's core, once).
-        _export_once(db)
+        harness.timed_run(export)
         for number in range(1, rounds + 1):
-            exports.append(_export_once(db))
+            exports.append(Run(*harness.timed_run(export)))
             for encoding in ENCODINGS:
                 streams[encoding].append(_stream_once(server, token, encoding))
-            harness.say(
-                f"round {number}/{rounds}: export {exports[-1].seconds:.2f} s, "
-                + ", ".join(f"{e} {runs[-1].seconds:.2f} s" for e, runs in streams.items())
-                + f"; load {provenance.loadavg()}"
-            )
+            harness.say(f"round {number}/{rounds} done; load {provenance.loadavg()}")
     return exports, streams, idle
 
 
