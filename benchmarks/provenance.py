@@ -182,7 +182,8 @@ def options(
         given = " ".join(f"--{name.replace('_', '-')} {value}" for name, value in quick.items())
         parser.add_argument("--quick", action="store_true", help=f"a shorter run: {given}")
     args = parser.parse_args(argv)
-    vars(args).update(smoke if args.smoke else quick if getattr(args, "quick", False) else {})
+    if args.smoke or getattr(args, "quick", False):
+        vars(args).update(smoke if args.smoke else quick or {})
     outputs = Outputs(args.smoke.resolve() / "work", below(args.smoke)) if args.smoke else Outputs()
     if given := getattr(args, out.lstrip("-")):
         outputs = Outputs(outputs.work, given if given.suffix == ".md" else below(given))
