@@ -85,9 +85,8 @@ def git_commit() -> str:
         return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True).stdout
 
     dirty = git("status", "--porcelain", "--", "leasestar", "schema.sql", "pyproject.toml")
-    return git("rev-parse", "--short", "HEAD").strip() + (
-        " + uncommitted changes" if dirty.strip() else ""
-    )
+    changes = " + uncommitted changes" if dirty.strip() else ""
+    return git("rev-parse", "--short", "HEAD").strip() + changes
 
 
 def publish(section: str, path: Path | None = RESULTS_MD) -> None:

@@ -155,7 +155,6 @@ class Delivered:
 
 @dataclass
 class Receivers:
-    process: subprocess.Popen[str]
     ports: list[int]
     moves: list[tuple[float, int]] = field(default_factory=list)  # (instant seen, change seq)
     expected: int = 0  # the events each receiver is to have got
@@ -233,7 +232,7 @@ def receiving(count: int, db: Path) -> Iterator[Receivers]:
 
     try:
         assert process.stdout is not None
-        receivers = Receivers(process, json.loads(process.stdout.readline()))
+        receivers = Receivers(json.loads(process.stdout.readline()))
         with harness.in_background(watch):
             yield receivers
     finally:
