@@ -21,7 +21,7 @@ from harness import LEASESTAR, say
 from provenance import ROOT, WORK, shown
 
 from leasestar.applicants.records import Applicant
-from leasestar.database import READ_PRAGMAS
+from leasestar.database import PAGE_SIZE, READ_PRAGMAS
 from leasestar.seed.generator import synthetic_applicants
 
 
@@ -36,8 +36,6 @@ def read_only(path: Path) -> sqlite3.Connection:
 def data_fingerprint() -> str:
     """The schema, the page size and the generator's output (not its source: a faster
     generator making the same records costs no reseed of a million rows)."""
-    from leasestar.database import PAGE_SIZE
-
     digest = hashlib.sha256((ROOT / "schema.sql").read_bytes())
     digest.update(b"page size %d" % PAGE_SIZE)  # a new database's: the file's layout
     for record in synthetic_applicants(200, 0):
@@ -99,6 +97,15 @@ def copy_database(source: Path, target: Path) -> Path:
     ):
         src.backup(dst)
     return target
+
+
+def workspace(rows: int, work: Path, name: str) -> tuple[Path, Path, str]:
+    """`work/NAME/`, a copy of the N-row database in it (`bench.db`) and a token for it."""
+    here = work / name
+    here.mkdir(parents=True, exist_ok=True)
+    say(f"copying applicants-{rows}.db into {shown(here)}")
+    db = copy_database(ensure_database(rows, work), here / "bench.db")
+    return here, db, create_token(db, name)
 
 
 def change_seq(db: Path | sqlite3.Connection) -> int:

@@ -12,7 +12,6 @@ import http.client
 import multiprocessing
 import os
 import random
-import statistics
 import threading
 import time
 import urllib.parse
@@ -21,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from multiprocessing.synchronize import Event
 from pathlib import Path
+from statistics import fmean
 from typing import Any
 
 import databases
@@ -62,38 +62,30 @@ class Heavy:
     served_ms: list[float] = field(default_factory=list)
 
 
-def _heavy_request(base: str, path: str, token: str) -> tuple[int, float]:
-    split = urllib.parse.urlsplit(base)
-    connection = http.client.HTTPConnection(split.hostname or "", split.port, timeout=DRAIN_SECONDS)
-    started = time.perf_counter()
-    try:
-        connection.request(
-            "GET", path, headers={"Authorization": f"Bearer {token}", **HEAVY_HEADERS}
-        )
-        response = connection.getresponse()
-        while response.read(1 << 20):  # read to the end, a MiB at a time, and forget it
-            pass
-        return response.status, (time.perf_counter() - started) * 1000
-    except OSError:
-        return 0, 0.0
-    finally:
-        connection.close()
-
-
 def heavy_sender(base: str, token: str, paths: list[str], go: Event, stop: Event, out: Any) -> None:
     """Send HEAVY_RATE requests a second from `go` until `stop`, then wait for the answers."""
     heavy = Heavy()
     outstanding = threading.Semaphore(HEAVY_OUTSTANDING)
     lock = threading.Lock()
+    split = urllib.parse.urlsplit(base)
+    headers = {"Authorization": f"Bearer {token}", **HEAVY_HEADERS}
 
     def one(path: str) -> None:
+        connection = http.client.HTTPConnection(split.hostname or "", split.port, DRAIN_SECONDS)
+        started, status = time.perf_counter(), 0  # 0: no answer
         try:
-            status, ms = _heavy_request(base, path, token)
+            with contextlib.suppress(OSError):
+                connection.request("GET", path, headers=headers)
+                response = connection.getresponse()
+                while response.read(1 << 20):  # read to the end, a MiB at a time, and forget it
+                    pass
+                status = response.status
             with lock:
                 heavy.statuses[status] = heavy.statuses.get(status, 0) + 1
                 if status == 200:
-                    heavy.served_ms.append(ms)
+                    heavy.served_ms.append((time.perf_counter() - started) * 1000)
         finally:
+            connection.close()
             outstanding.release()
 
     with ThreadPoolExecutor(max_workers=HEAVY_OUTSTANDING) as pool:
@@ -178,26 +170,7 @@ def measure(variant: Variant, db: Path, rounds: int, seconds: float, work: Path)
             stop.set()
             variant.heavy.append(out.get(timeout=DRAIN_SECONDS + 30))
             process.join(timeout=30)
-            harness.say(
-                f"concurrency {variant.concurrency}, round {number + 1}: light p99 alone "
-                f"{percentile(variant.alone, 0.99):.2f} ms, with heavy "
-                f"{percentile(variant.loaded, 0.99):.2f} ms"
-            )
-
-
-def report(
-    variants: list[Variant], rows: int, rounds: int, seconds: float, load: str, took: float
-) -> str:
-    return provenance.section(
-        "fairness",
-        provenance.table(
-            provenance.text("fairness", "columns"),
-            (variant.row() for variant in variants),
-        ),
-        rows=rows, rounds=rounds, seconds=seconds, minutes=took / 60, load_before=load,
-        load_after=provenance.loadavg(), light_rate=LIGHT_RATE, heavy_rate=HEAVY_RATE,
-        outstanding=HEAVY_OUTSTANDING,
-    )  # fmt: skip
+            harness.say(f"concurrency {variant.concurrency}, round {number + 1}: {variant.row()}")
 
 
 def rate_limit_cost(db: Path, seconds: int, slices: int, pairs: int, rows: int, work: Path) -> str:
@@ -230,33 +203,26 @@ def rate_limit_cost(db: Path, seconds: int, slices: int, pairs: int, rows: int, 
                     f"set {pair + 1}/{pairs}, {case}: "
                     + ", ".join(f"{t.name} {t.measured().rps:,.0f}" for t in targets)
                 )
-    rows_out: list[list[str]] = []
+    table_rows = []
     for case, sets in runs.items():
-        off_rps = statistics.fmean(one[0].measured().rps for one in sets)
-        off_cpu = statistics.fmean(one[0].cpu_us_per_request() for one in sets)
-        cells = [f"{off_rps:,.0f}", f"{off_cpu:.0f}"]
-        for number, name in enumerate(list(COST_SERVERS)[1:], 1):
-            costs = [1 - one[number].measured().rps / one[0].measured().rps for one in sets]
-            cpu_costs = [
-                one[number].cpu_us_per_request() / one[0].cpu_us_per_request() - 1 for one in sets
+        # Per server (COST_SERVERS' order): its req/s and CPU us per request in each set.
+        per_server = list(zip(*sets, strict=True))
+        rps = [[target.measured().rps for target in one] for one in per_server]
+        cpu = [[target.cpu_us_per_request() for target in one] for one in per_server]
+        cells = [f"{fmean(rps[0]):,.0f}", f"{fmean(cpu[0]):.0f}"]
+        for number in range(1, len(per_server)):
+            costs = [1 - r / off for r, off in zip(rps[number], rps[0], strict=True)]
+            cpu_costs = [c / off - 1 for c, off in zip(cpu[number], cpu[0], strict=True)]
+            cells += [
+                f"{fmean(rps[number]):,.0f}",
+                f"{fmean(costs):+.1%} ({min(costs):+.1%} to {max(costs):+.1%})",
+                f"{fmean(cpu[number]):.0f} ({fmean(cpu_costs):+.1%})",
             ]
-            rps = statistics.fmean(one[number].measured().rps for one in sets)
-            cpu = statistics.fmean(one[number].cpu_us_per_request() for one in sets)
-            cost, cpu_cost = statistics.fmean(costs), statistics.fmean(cpu_costs)
-            cost_range = f"{cost:+.1%} ({min(costs):+.1%} to {max(costs):+.1%})"
-            cells += [f"{rps:,.0f}", cost_range, f"{cpu:.0f} ({cpu_cost:+.1%})"]
-            harness.say(
-                f"{case}, {name}: {rps:,.0f} req/s ({cost:+.1%}), {cpu:.0f} us CPU "
-                f"({cpu_cost:+.1%}) against {off_rps:,.0f} req/s, {off_cpu:.0f} us off"
-            )
-        rows_out.append([case, *cells])
+        table_rows.append([case, *cells])
     busy = os.getloadavg()[0] > (os.cpu_count() or 1)
     return provenance.section(
         "rate-limit",
-        provenance.table(
-            provenance.text("rate-limit", "columns"),
-            rows_out,
-        ),
+        provenance.table(provenance.text("rate-limit", "columns"), table_rows),
         provenance.text("rate-limit", "busy") if busy else "",
         rows=rows, no_refusal=NO_REFUSAL, connections=harness.CONNECTIONS, pairs=pairs,
         slices=slices, seconds=seconds, minutes=(time.monotonic() - started) / 60,
@@ -272,11 +238,9 @@ def main() -> int:
     parser.add_argument("--pairs", type=int, default=4, help="rate limit's sets of servers")
     parser.add_argument("--rounds", type=int, default=4, help="fairness' rounds per server")
     parser.add_argument("--seconds", type=float, default=20, help="fairness' phase seconds")
-    parser.add_argument("--quick", action="store_true", help="fairness in 2 rounds of 8 s")
     smoke = {"rows": 2_000, "slice_seconds": 1, "slices": 1, "pairs": 1, "rounds": 1}
-    args, outputs = provenance.options(parser, {**smoke, "seconds": 3.0}, rows=100_000)
-    if args.quick and not args.smoke:
-        args.rounds, args.seconds = 2, 8.0
+    quick = {"rounds": 2, "seconds": 8.0}  # fairness' only
+    args, outputs = provenance.options(parser, {**smoke, "seconds": 3.0}, rows=100_000, quick=quick)
     rows, rounds, seconds = args.rows, args.rounds, args.seconds
     db = databases.ensure_database(rows, outputs.work)
     if args.only != "fairness":
@@ -289,7 +253,13 @@ def main() -> int:
     with harness.on_core(harness.CLIENT_CORE):
         for variant in variants:
             measure(variant, db, rounds, seconds, outputs.work)
-    section = report(variants, rows, rounds, seconds, load, time.monotonic() - started)
+    section = provenance.section(
+        "fairness",
+        provenance.table(provenance.text("fairness", "columns"), (v.row() for v in variants)),
+        rows=rows, rounds=rounds, seconds=seconds, minutes=(time.monotonic() - started) / 60,
+        load_before=load, load_after=provenance.loadavg(), light_rate=LIGHT_RATE,
+        heavy_rate=HEAVY_RATE, outstanding=HEAVY_OUTSTANDING,
+    )  # fmt: skip
     provenance.publish(section, outputs.results_md)
     return 0
 

@@ -17,9 +17,7 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -71,36 +69,10 @@ class Measured:
     errors: int
 
 
-def run_wrk(
-    url: str,
-    seconds: int,
-    *,
-    token: str | None = None,
-    headers: Sequence[str] = (),
-    script: Path = WRK_SCRIPT,
-    script_args: Sequence[str] = (),
-    connections: int = CONNECTIONS,
-    threads: int = 1,
-    core: str | None = CLIENT_CORE,
-    timeout: str = "30s",
-    marker: str = "WRK_JSON",
-) -> dict[str, Any]:
-    """One wrk run, pinned to `core`; the JSON its script prints after `marker`."""
-    command = [*pinned(core), "wrk", f"-t{threads}", f"-c{connections}", f"-d{seconds}s"]
-    command += ["--timeout", timeout, "-s", str(script)]
-    for header in (*headers, *([f"Authorization: Bearer {token}"] if token else [])):
-        command += ["-H", header]
-    command += [url, *(["--", *script_args] if script_args else [])]
-    out = subprocess.run(command, check=True, capture_output=True, text=True).stdout
-    match = re.search(rf"^{marker} (\{{.*\}})$", out, re.MULTILINE)
-    if match is None:
-        raise RuntimeError(f"wrk printed no summary:\n{out}")
-    return dict(json.loads(match[1]))
-
-
 @dataclass
 class WrkTarget:
-    """A URL under load with `benchmarks/wrk.lua`; its slices are merged into one `Measured`."""
+    """A URL under wrk's load, by `benchmarks/wrk.lua` unless `script` says otherwise; its
+    kept slices are merged into one `Measured`."""
 
     name: str
     url: str
@@ -111,18 +83,37 @@ class WrkTarget:
     pid: int | None = None  # a server whose CPU time over the kept slices is added up
     cpu: float = 0.0
     slices: list[dict[str, Any]] = field(default_factory=list)
+    script: Path = WRK_SCRIPT  # it prints its summary as JSON after `marker`
+    script_args: tuple[str, ...] = ()
+    marker: str = "WRK_JSON"
+    connections: int = CONNECTIONS
+    threads: int = 1
+    core: str | None = CLIENT_CORE
+    timeout: str = "30s"
 
-    def run(self, seconds: int, keep: bool = True) -> None:
-        script_args: tuple[str, ...] = ()
+    def wrk(self, seconds: int) -> dict[str, Any]:
+        """One wrk run, pinned to `core`: the summary its script prints."""
+        script_args = self.script_args
         if self.paths_file is not None:
             script_args = ("paths", str(self.paths_file))
         elif self.ids_file is not None:
             prefix = urllib.parse.urlsplit(self.url).path.rsplit("/", 1)[0] + "/"
             script_args = (prefix, str(self.ids_file))
+        command = [*pinned(self.core), "wrk", f"-t{self.threads}", f"-c{self.connections}"]
+        command += [f"-d{seconds}s", "--timeout", self.timeout, "-s", str(self.script)]
+        authorization = [f"Authorization: Bearer {self.token}"] if self.token else []
+        for header in (*self.headers, *authorization):
+            command += ["-H", header]
+        command += [self.url, *(["--", *script_args] if script_args else [])]
+        out = subprocess.run(command, check=True, capture_output=True, text=True).stdout
+        match = re.search(rf"^{self.marker} (\{{.*\}})$", out, re.MULTILINE)
+        if match is None:
+            raise RuntimeError(f"wrk printed no summary:\n{out}")
+        return dict(json.loads(match[1]))
+
+    def run(self, seconds: int, keep: bool = True) -> None:
         cpu = cpu_seconds(self.pid) if self.pid else 0.0
-        raw = run_wrk(
-            self.url, seconds, token=self.token, headers=self.headers, script_args=script_args
-        )
+        raw = self.wrk(seconds)
         if keep:
             self.slices.append(raw)
             self.cpu += cpu_seconds(self.pid) - cpu if self.pid else 0.0
@@ -249,9 +240,9 @@ def in_background(work: Callable[[threading.Event], None]) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def rss_samples(pid: int, every: float, at_once: bool = False) -> Iterator[list[int]]:
-    """The process's RSS (KiB) every `every` seconds while the block runs (and at once)."""
-    samples: list[int] = [rss_kib(pid)] if at_once else []
+def rss_samples(pid: int, every: float) -> Iterator[list[int]]:
+    """The process's RSS (KiB) every `every` seconds while the block runs."""
+    samples: list[int] = []
 
     def sample(stop: threading.Event) -> None:
         while not stop.wait(every):
@@ -266,10 +257,13 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def children_cpu() -> float:
-    """The CPU time of this process's ended children (theirs and their children's)."""
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
+def timed_run(command: list[str]) -> tuple[float, float]:
+    """`command` run to its end, its output discarded: its seconds and its CPU seconds
+    (its own and its children's, which other work on the machine moves least)."""
+    before, started = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter()
+    subprocess.run(command, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    seconds, after = time.perf_counter() - started, resource.getrusage(resource.RUSAGE_CHILDREN)
+    return seconds, after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
 
 
 def free_port() -> int:
@@ -279,14 +273,11 @@ def free_port() -> int:
 
 
 def http_get(url: str, token: str | None = None, timeout: float = 60) -> tuple[int, bytes]:
-    request = urllib.request.Request(url)
-    if token:
-        request.add_header("Authorization", f"Bearer {token}")
-    try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
-            return int(response.status), response.read()
-    except urllib.error.HTTPError as error:
-        return int(error.code), error.read()
+    """One GET on a connection of its own: its status and body."""
+    path = urllib.parse.urlsplit(url)._replace(scheme="", netloc="").geturl()
+    with contextlib.closing(KeepAlive(url, timeout)) as client:
+        status, _, body, _ = client.get(path, token)
+    return status, body
 
 
 def get_ok(url: str, token: str | None = None, timeout: float = 60) -> bytes:

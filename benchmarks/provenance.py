@@ -85,9 +85,8 @@ def git_commit() -> str:
         return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True).stdout
 
     dirty = git("status", "--porcelain", "--", "leasestar", "schema.sql", "pyproject.toml")
-    return git("rev-parse", "--short", "HEAD").strip() + (
-        " + uncommitted changes" if dirty.strip() else ""
-    )
+    changes = " + uncommitted changes" if dirty.strip() else ""
+    return git("rev-parse", "--short", "HEAD").strip() + changes
 
 
 def publish(section: str, path: Path | None = RESULTS_MD) -> None:
@@ -165,19 +164,25 @@ def options(
     rows: int | list[int] | bool | None = False,
     out: str = "--out",
     nice: bool = True,
+    quick: dict[str, Any] | None = None,
 ) -> tuple[argparse.Namespace, Outputs]:
-    """`OPTIONS` added (`--rows` with the default `rows` unless False, `--out` as `out`) and
-    parsed, `--smoke DIR` putting `smoke` over the values given; wrk installed if missing
-    and allowed; nice -10 where allowed, so that on a shared machine the measured
-    processes (servers and wrk inherit it) keep their cores."""
+    """`OPTIONS` added (`--rows` with the default `rows` unless False, `--out` as `out`,
+    `--quick` where there are `quick` values) and parsed, `--smoke DIR` putting `smoke`
+    over the values given, else `--quick` its values; wrk installed if missing and
+    allowed; nice -10 where allowed, so that on a shared machine the measured processes
+    (servers and wrk inherit it) keep their cores."""
     for name, keywords in OPTIONS.items():
         several = "+" if isinstance(rows, list) else None
         if name != "--rows":
             parser.add_argument(out if name == "--out" else name, **keywords)
         elif rows is not False:
             parser.add_argument(name, **keywords, default=rows, nargs=several)
+    if quick is not None:
+        given = " ".join(f"--{name.replace('_', '-')} {value}" for name, value in quick.items())
+        parser.add_argument("--quick", action="store_true", help=f"a shorter run: {given}")
     args = parser.parse_args(argv)
-    vars(args).update(smoke if args.smoke else {})
+    if args.smoke or getattr(args, "quick", False):
+        vars(args).update(smoke if args.smoke else quick or {})
     outputs = Outputs(args.smoke.resolve() / "work", below(args.smoke)) if args.smoke else Outputs()
     if given := getattr(args, out.lstrip("-")):
         outputs = Outputs(outputs.work, given if given.suffix == ".md" else below(given))

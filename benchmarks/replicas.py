@@ -56,11 +56,8 @@ def _seed(db: Path, count: int, seed: int) -> subprocess.Popen[bytes]:
 
 @contextlib.contextmanager
 def _replicating(db: Path, store: Path) -> Iterator[None]:
-    process = subprocess.Popen(
-        [str(LEASESTAR), "replicate", "--db", str(db), "--to", store.as_uri()],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    command = [str(LEASESTAR), "replicate", "--db", str(db), "--to", store.as_uri()]
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         # A finished file: litestream writes each under a temporary name first.
         failure = "leasestar replicate did not ship the database"
@@ -78,13 +75,10 @@ def _replicating(db: Path, store: Path) -> Iterator[None]:
 @dataclass
 class Lags:
     """Per import, seconds from the primary's commit to the replica serving a new record
-    (`shipped`, `followed` by its litestream, `applied`), to `meta.total` counting it."""
+    and its parts: (served, shipped, followed by the replica's litestream, applied)."""
 
-    served: list[float] = field(default_factory=list)
-    counted: list[float] = field(default_factory=list)
-    shipped: list[float] = field(default_factory=list)
-    followed: list[float] = field(default_factory=list)
-    applied: list[float] = field(default_factory=list)
+    parts: list[tuple[float, float, float, float]] = field(default_factory=list)
+    counted: float = 0.0  # the last import's, to `meta.total` counting it
     file_bytes: list[int] = field(default_factory=list)
     first_after_start: float = 0.0  # the import not counted (`measure_lag`)
     load: str = field(default_factory=provenance.loadavg)
@@ -99,14 +93,11 @@ def _store_files(store: Path) -> Iterator[tuple[int, Path]]:
 def _import_in_store(store: Path, after: int) -> tuple[int, int]:
     """(transaction, size) of the first level-0 file past `after` large enough to be an
     import; (0, 0) while there is none."""
-    found = (0, 0)
-    for txid, path in _store_files(store):
-        if txid > after and (found == (0, 0) or txid < found[0]):
-            with contextlib.suppress(OSError):
-                size = path.stat().st_size
-                if size >= IMPORT_FILE_MIN_BYTES:
-                    found = (txid, size)
-    return found
+    for txid, path in sorted(_store_files(store)):
+        with contextlib.suppress(OSError):  # (a file litestream removed meanwhile)
+            if txid > after and (size := path.stat().st_size) >= IMPORT_FILE_MIN_BYTES:
+                return txid, size
+    return 0, 0
 
 
 def _followed_txid(replica_db: Path) -> int:
@@ -137,7 +128,7 @@ def measure_lag(
     of its records answering 200 on the replica; for the last, to `meta.total` too."""
     watcher = sqlite3.connect(f"file:{db}?mode=ro", uri=True, isolation_level=None)
     lags = Lags()
-    try:
+    with contextlib.closing(watcher):
         # `meta.total` only after the last import: a first count after a change took 38-104 s
         # at 1M. Import 0 is reported apart: a replica just caught up is still starting.
         for number in range(imports + 1):
@@ -165,25 +156,18 @@ def measure_lag(
                         lambda p=polls, b=before_total: _total(p, token) != b,
                         600, "the replica did not count it within 600 s", POLL_SECONDS,
                     )  # fmt: skip
-                    lags.counted.append(time.monotonic() - committed)
+                    lags.counted = time.monotonic() - committed
             seeding.wait(timeout=60)
             if number == 0:
                 lags.first_after_start = served - committed
                 say(f"  import 0 (not counted): served in {lags.first_after_start:.2f} s")
                 continue
-            lags.served.append(served - committed)
-            lags.shipped.append(shipped - committed)
-            lags.followed.append(followed - shipped)
-            lags.applied.append(served - followed)
+            lags.parts.append(
+                (served - committed, shipped - committed, followed - shipped, served - followed)
+            )
             if size:  # 0: the file was not seen in the store before it was served
                 lags.file_bytes.append(size)
-            say(
-                f"  import {number}/{imports}: served in {lags.served[-1]:.2f} s (shipped "
-                f"{lags.shipped[-1]:.2f} s, followed {lags.followed[-1]:.2f} s, applied "
-                f"{lags.applied[-1]:.2f} s; {size / 1e6:.0f} MB)"
-            )
-    finally:
-        watcher.close()
+            say(f"  import {number}/{imports}: served in {served - committed:.2f} s")
     return lags
 
 
@@ -225,11 +209,9 @@ def _pairs(
     ]
 
 
-def _while_applying(
-    args: argparse.Namespace, db: Path, bases: tuple[str, str], token: str, ids: Path, one: str
-) -> tuple[Pairs, float]:
-    """Both servers in turns while the replica applies a large import; and its seconds."""
-    replica = bases[1]
+def _while_applying(db: Path, replica: str, token: str, applying: Pairs, seconds: int) -> float:
+    """`applying` (both servers) in turns while the replica applies a large import; the
+    seconds it took."""
     say(f"throughput while the replica applies {BIG_IMPORT_ROWS:,} new applicants")
     before = _total(replica, token)
     if _seed(db, BIG_IMPORT_ROWS, 7).wait(timeout=1800) != 0:
@@ -240,14 +222,13 @@ def _while_applying(
             break
         time.sleep(0.05)
     # The primary in turns too: background load falls on both sides of the ratio alike.
-    applying = _pairs(bases, ("primary meanwhile", "replica applying"), token, ids, one)
     started = time.monotonic()
     while _total(replica, token) == before:
         for target in (t for pair in applying for t in pair):
-            target.run(args.slice)
+            target.run(seconds)
         if time.monotonic() - started > 900:
             raise RuntimeError("the replica did not apply the big import in 900 s")
-    return applying, time.monotonic() - started
+    return time.monotonic() - started
 
 
 def main() -> None:
@@ -255,20 +236,13 @@ def main() -> None:
     parser.add_argument("--imports", type=int, default=25)
     parser.add_argument("--seconds", type=int, default=10, help="measured seconds per target")
     parser.add_argument("--slice", type=int, default=2, help="seconds per wrk slice")
-    parser.add_argument("--quick", action="store_true", help="20 imports, 4 s per target")
     parser.add_argument("--skip-applying", action="store_true", help="not while a change applies")
-    smoke = {"rows": 2000, "imports": 3, "seconds": 2, "slice": 1, "quick": False}
-    args, outputs = provenance.options(parser, smoke, rows=100_000)
-    if args.quick:
-        args.imports, args.seconds = 20, 4
-    source = databases.ensure_database(args.rows, outputs.work)
-    here = outputs.work / "replicas"
-    shutil.rmtree(here, ignore_errors=True)
-    here.mkdir(parents=True)
-    db, store, replica_db = here / "primary.db", here / "store", here / "replica.db"
-    shutil.copyfile(source, db)
-    token = databases.create_token(db, "replica")
-    ids = here / "ids.txt"
+    smoke = {"rows": 2000, "imports": 3, "seconds": 2, "slice": 1}
+    quick = {"imports": 20, "seconds": 4}
+    args, outputs = provenance.options(parser, smoke, rows=100_000, quick=quick)
+    shutil.rmtree(outputs.work / "replicas", ignore_errors=True)  # the store of a run before
+    here, db, token = databases.workspace(args.rows, outputs.work, "replicas")
+    store, replica_db, ids = here / "store", here / "replica.db", here / "ids.txt"
     one = databases.first_ids(db, 2000, ids)[0]
     replica_args = ["--replica-of", store.as_uri()]
     with contextlib.ExitStack() as running:
@@ -294,10 +268,10 @@ def main() -> None:
         pairs = _pairs(bases, ("primary", "replica"), token, ids, one)
         flat = [target for pair in pairs for target in pair]
         harness.interleave(flat, max(1, args.seconds // args.slice), args.slice, order="same")
-        skipped = [WrkTarget("not measured", ""), WrkTarget("not measured", "")]
-        applying, applied_in = [skipped for _ in pairs], 0.0
+        applying = _pairs(bases, ("primary meanwhile", "replica applying"), token, ids, one)
+        applied_in = 0.0
         if not args.skip_applying:
-            applying, applied_in = _while_applying(args, db, bases, token, ids, one)
+            applied_in = _while_applying(db, replica.base, token, applying, args.slice)
     provenance.publish(_report(args, lags, pairs, applying, applied_in), outputs.results_md)
 
 
@@ -305,6 +279,7 @@ def _report(
     args: argparse.Namespace, lags: Lags, pairs: Pairs, applying: Pairs, took: float
 ) -> str:
     sizes = lags.file_bytes or [0]
+    served, shipped, followed, applied = zip(*lags.parts, strict=True)
     rows = []
     for (primary, replica), (meanwhile, during) in zip(pairs, applying, strict=True):
         row = [primary.name.removeprefix("primary ")]
@@ -316,21 +291,19 @@ def _report(
             row += [f"{b.rps:,.0f}", f"{o.rps:,.0f}", f"{o.rps / b.rps:.2f}x" if b.rps else "-"]
         rows.append(row)
     part = "skipped" if args.skip_applying else "applying"
-    applying_text = provenance.text(
-        "edge-replicas", part, big_rows=BIG_IMPORT_ROWS, applied_in=took
-    )
+    text = provenance.text("edge-replicas", part, big_rows=BIG_IMPORT_ROWS, applied_in=took)
     return provenance.section(
         "edge-replicas",
         provenance.table(provenance.text("edge-replicas", "columns"), rows),
         name="edge-replicas" if args.rows == 100_000 else f"edge-replicas-{args.rows}",
-        rows=args.rows, load=provenance.loadavg(), imports=len(lags.served),
+        rows=args.rows, load=provenance.loadavg(), imports=len(served),
         import_rows=IMPORT_ROWS, lag_load=lags.load, poll_ms=POLL_SECONDS * 1000,
-        served_p50=statistics.median(lags.served), served_p99=percentile(lags.served, 0.99),
-        served_max=max(lags.served), first=lags.first_after_start,
-        shipped=statistics.median(lags.shipped), followed=statistics.median(lags.followed),
-        applied=statistics.median(lags.applied), size_p50=statistics.median(sizes) / 1e6,
+        served_p50=statistics.median(served), served_p99=percentile(served, 0.99),
+        served_max=max(served), first=lags.first_after_start,
+        shipped=statistics.median(shipped), followed=statistics.median(followed),
+        applied=statistics.median(applied), size_p50=statistics.median(sizes) / 1e6,
         size_min=min(sizes) / 1e6, size_max=max(sizes) / 1e6, sizes=len(sizes),
-        counted=lags.counted[-1], slice=args.slice, applying=applying_text,
+        counted=lags.counted, slice=args.slice, applying=text,
     )  # fmt: skip
 
 

@@ -6,15 +6,15 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import random
 import signal
 import subprocess
 import sys
-import threading
 import time
-from dataclasses import asdict, dataclass
 from pathlib import Path
+from threading import Event
 from typing import Any
 
 import databases
@@ -26,6 +26,7 @@ from leasestar.config import Settings
 
 WARMUP_SECONDS = 10
 RSS_GOAL = 0.10
+MARK = {True: "✅", False: "❌"}
 SCRIPT = harness.BENCH / "soak.lua"  # half records by id, half list pages
 
 
@@ -64,18 +65,11 @@ def request_mix(db: Path, work: Path) -> tuple[Path, Path]:
     return ids_file, lists_file
 
 
-@dataclass
-class ImportRun:
-    file: str
-    started: float  # seconds from the start of the measured wrk run
-    ended: float
-    returncode: int
-    output: str
-
-
 def import_loop(
-    db: Path, files: tuple[Path, Path], origin: float, stop: threading.Event, runs: list[ImportRun]
+    db: Path, files: tuple[Path, Path], origin: float, runs: list[dict[str, Any]], stop: Event
 ) -> None:
+    """`leasestar import` of A, B, A, ... until `stop` (the one running let finish); each
+    run's file, its start and end in seconds from `origin`, its exit status and output."""
     turn = 0
     while not stop.is_set():
         path = files[turn % 2]
@@ -84,18 +78,12 @@ def import_loop(
         result = subprocess.run(command, capture_output=True, text=True, check=False)
         ended = time.monotonic() - origin
         output = (result.stdout + result.stderr).strip()[-300:]
-        run = ImportRun(path.name, round(started, 1), round(ended, 1), result.returncode, output)
-        runs.append(run)
+        runs.append({
+            "file": path.name, "started": round(started, 1), "ended": round(ended, 1),
+            "returncode": result.returncode, "output": output,
+        })  # fmt: skip
         say(f"import {path.name}: exit {result.returncode}, {ended - started:.1f} s")
         turn += 1
-
-
-def run_wrk(base_url: str, seconds: int, connections: int, args: list[str]) -> dict[str, Any]:
-    """wrk on both cores (like the server and the imports), `soak.lua` choosing requests."""
-    return harness.run_wrk(
-        base_url, seconds, script=SCRIPT, script_args=args, connections=connections,
-        threads=min(2, connections), core=None, timeout="10s", marker="SOAK_JSON",
-    )  # fmt: skip
 
 
 def report(figures: dict[str, Any], command: str) -> tuple[str, bool]:
@@ -104,13 +92,8 @@ def report(figures: dict[str, Any], command: str) -> tuple[str, bool]:
     socket_errors = wrk["connect"] + wrk["read"] + wrk["write"] + wrk["timeout"]
     drift = (rss["end"] - rss["start"]) / rss["start"]
     ok_2xx, ok_rss = wrk["non_2xx_3xx"] == 0 and socket_errors == 0, abs(drift) <= RSS_GOAL
-
-    def mark(ok: bool) -> str:
-        return "✅" if ok else "❌"
-
     runs = ", ".join(
-        f"{run['file'].rsplit('-', 1)[1][0].upper()} from {run['started']:.0f} to "
-        f"{run['ended']:.0f} s (exit {run['returncode']})"
+        provenance.text("soak", "import", name=run["file"].rsplit("-", 1)[1][0].upper(), **run)
         for run in imports
     )
     ms = {key.removesuffix("_us"): wrk[key] / 1000 for key in ("p50_us", "p90_us", "p99_us")}
@@ -118,8 +101,8 @@ def report(figures: dict[str, Any], command: str) -> tuple[str, bool]:
     mib = {key: rss[key] / 1024 for key in ("idle", "start", "end", "max")}
     table = provenance.text(
         "soak", "table", **wrk, **ms, **mib, rate=wrk["requests"] / (wrk["duration_us"] / 1e6),
-        drift=drift, non_2xx_ok=mark(wrk["non_2xx_3xx"] == 0), errors_ok=mark(socket_errors == 0),
-        rss_ok=mark(ok_rss), server_exit=figures["server_exit"],
+        drift=drift, non_2xx_ok=MARK[wrk["non_2xx_3xx"] == 0], errors_ok=MARK[socket_errors == 0],
+        rss_ok=MARK[ok_rss], server_exit=figures["server_exit"],
     )  # fmt: skip
     trend = " → ".join(f"{kib / 1024:.1f} MiB" for kib in rss["every_second"][9::10])
     verdict = "all goals met" if ok_2xx and ok_rss else "GOAL MISSED"
@@ -145,37 +128,32 @@ def main() -> int:
     smoke = {"rows": 2_000, "import_rows": 500, "duration": 5}
     args, outputs = provenance.options(parser, smoke, rows=100_000, nice=False)
     command = "make soak" if len(sys.argv) == 1 else provenance.command()
-    work = outputs.work / "soak"
-    work.mkdir(parents=True, exist_ok=True)
-    template = databases.ensure_database(args.rows, outputs.work)
+    work, db, token = databases.workspace(args.rows, outputs.work, "soak")
     files = import_files(args.import_rows, work)
-    db = databases.copy_database(template, work / "soak.db")
-    token = databases.create_token(db, "soak")
-    wrk_args = [*map(str, request_mix(db, work)), token]
-    runs: list[ImportRun] = []
-    stop = threading.Event()
+    script_args = (*map(str, request_mix(db, work)), token)
+    runs: list[dict[str, Any]] = []
     options = ["--rate-limit", "off", "--log-format", "off"]
     options += ["--read-connections", str(args.read_connections)]
     with harness.leasestar_server(
         "soak", db, args=options, core=None, work=work, stop=signal.SIGTERM
     ) as server:
-        try:
-            idle, load_before = harness.rss_kib(server.pid), provenance.loadavg()
-            say(f"server up on {server.base}, RSS {idle / 1024:.1f} MiB; warming up")
-            run_wrk(server.base, WARMUP_SECONDS, args.connections, wrk_args)
-            start = harness.rss_kib(server.pid)
+        # wrk on both cores (like the server and the imports), `soak.lua` choosing requests
+        wrk = harness.WrkTarget(
+            "soak", server.base, script=SCRIPT, script_args=script_args, marker="SOAK_JSON",
+            connections=args.connections, threads=min(2, args.connections), core=None,
+            timeout="10s",
+        )  # fmt: skip
+        idle, load_before = harness.rss_kib(server.pid), provenance.loadavg()
+        say(f"server up on {server.base}, RSS {idle / 1024:.1f} MiB; warming up")
+        wrk.wrk(WARMUP_SECONDS)
+        start = harness.rss_kib(server.pid)
+        say(f"RSS {start / 1024:.1f} MiB; {args.duration} s of wrk while imports run")
+        importing = functools.partial(import_loop, db, files, time.monotonic(), runs)
+        with harness.in_background(importing):
             with harness.rss_samples(server.pid, 1.0) as samples:
-                loop = (db, files, time.monotonic(), stop, runs)
-                importer = threading.Thread(target=import_loop, args=loop, daemon=True)
-                importer.start()
-                say(f"RSS {start / 1024:.1f} MiB; {args.duration} s of wrk while imports run")
-                measured = run_wrk(server.base, args.duration, args.connections, wrk_args)
+                measured = wrk.wrk(args.duration)
                 end = harness.rss_kib(server.pid)
-            stop.set()
             say("wrk done; letting the running import finish")
-            importer.join(timeout=600)
-        finally:
-            stop.set()
     figures = {
         "date": provenance.now(),
         "machine": provenance.describe_machine("python"),
@@ -187,13 +165,13 @@ def main() -> int:
             "idle": idle, "start": start, "end": end, "max": max([start, end, *samples]),
             "every_second": samples,
         },
-        "imports": [asdict(run) for run in runs],
+        "imports": runs,
         "server_exit": server.returncode,
     }  # fmt: skip
     (work / "soak-results.json").write_text(json.dumps(figures, indent=2) + "\n")
     section, met = report(figures, command)
     provenance.publish(section, outputs.results_md)
-    return 0 if met and all(run.returncode == 0 for run in runs) else 1
+    return 0 if met and all(run["returncode"] == 0 for run in runs) else 1
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ import databases
 import harness
 import msgspec
 import provenance
-from harness import CLIENT_CORE, SERVER_CORE, pinned
+from harness import CLIENT_CORE, SERVER_CORE, percentile, pinned
 
 from leasestar.applicants.bodies import BodyDecoder
 from leasestar.applicants.pipeline import write_records
@@ -37,20 +37,11 @@ class Run:
     before_kib: int = 0  # the server's RSS just before it
 
 
-def _export_once(db: Path) -> Run:
-    """`leasestar export` to /dev/null on the server's core (taskset execs it: its CPU time
-    is the export's own)."""
-    cpu, started = harness.children_cpu(), time.perf_counter()
-    command = [*pinned(SERVER_CORE), str(harness.LEASESTAR), "export", "--db", str(db)]
-    subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
-    return Run(time.perf_counter() - started, harness.children_cpu() - cpu)
-
-
 def _stream_once(server: harness.Server, token: str, encoding: str) -> Run:
     """One curl stream of the table in id order (the export's order and bytes); the server's
     CPU time, its RSS sampled every 20 ms."""
     before = harness.rss_kib(server.pid)
-    with harness.rss_samples(server.pid, 0.02, at_once=True) as samples:
+    with harness.rss_samples(server.pid, 0.02) as samples:
         cpu, started = harness.cpu_seconds(server.pid), time.perf_counter()
         done = subprocess.run([
             *pinned(CLIENT_CORE), "curl", "-sS", "-o", "/dev/null", "-w", "%{size_download}",
@@ -59,56 +50,51 @@ def _stream_once(server: harness.Server, token: str, encoding: str) -> Run:
         ], capture_output=True, text=True, check=True)  # fmt: skip
         elapsed = time.perf_counter() - started
     cpu = harness.cpu_seconds(server.pid) - cpu
-    return Run(elapsed, cpu, int(done.stdout), max(samples), before)
+    return Run(elapsed, cpu, int(done.stdout), max([before, *samples]), before)
 
 
 def _alternate(db: Path, rounds: int, work: Path) -> tuple[list[Run], dict[str, list[Run]], int]:
     """(exports, streams by encoding, idle RSS): each taken in turn, `rounds` times, so that
     other work on a shared machine weighs on each alike."""
     token = databases.create_token(db, "sync")
+    # To /dev/null on the server's core (taskset execs it: its CPU time is the export's own).
+    export = [*pinned(SERVER_CORE), str(harness.LEASESTAR), "export", "--db", str(db)]
     exports: list[Run] = []
     streams: dict[str, list[Run]] = {encoding: [] for encoding in ENCODINGS}
     with harness.leasestar_server("sync", db, QUIET, work=work) as server:
         idle = harness.rss_kib(server.pid)
         # Unmeasured: the first export after the server started had it build its columnar
         # copy of the table meanwhile (~100 MB and 3.5 s of the export's core, once).
-        _export_once(db)
+        harness.timed_run(export)
         for number in range(1, rounds + 1):
-            exports.append(_export_once(db))
+            exports.append(Run(*harness.timed_run(export)))
             for encoding in ENCODINGS:
                 streams[encoding].append(_stream_once(server, token, encoding))
-            harness.say(
-                f"round {number}/{rounds}: export {exports[-1].seconds:.2f} s, "
-                + ", ".join(f"{e} {runs[-1].seconds:.2f} s" for e, runs in streams.items())
-                + f"; load {provenance.loadavg()}"
-            )
+            harness.say(f"round {number}/{rounds} done; load {provenance.loadavg()}")
     return exports, streams, idle
 
 
-async def _long_poll(port: int, token: str, since: int) -> bytes:
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    writer.write(
-        f"GET /v1/applicants?changed_since={since}&wait=30 HTTP/1.1\r\n"
-        f"Host: 127.0.0.1\r\nAuthorization: Bearer {token}\r\nConnection: close\r\n\r\n".encode()
-    )
-    await writer.drain()
-    answer = await reader.read()
-    writer.close()
-    return answer
-
-
-async def _wake_up(server: harness.Server, db: Path, token: str, clients: int) -> dict[str, float]:
-    port = int(server.base.rsplit(":", 1)[1])
+async def _wake_up(server: harness.Server, db: Path, token: str, clients: int) -> str:
+    """`clients` long polls waiting, then one write committed: the section's text of it."""
     with sqlite3.connect(db) as connection:
         (since,) = connection.execute("SELECT max(change_seq) FROM applicants").fetchone()
         (stored,) = connection.execute("SELECT body FROM applicants LIMIT 1").fetchone()
         body = BodyDecoder.of(connection).decode(stored).decode()
+    request = (
+        f"GET /v1/applicants?changed_since={since}&wait=30 HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        f"Authorization: Bearer {token}\r\nConnection: close\r\n\r\n"
+    ).encode()
     done: list[float] = []
     empty = 0
 
     async def one() -> None:
         nonlocal empty
-        answer = await _long_poll(port, token, since)
+        port = int(server.base.rsplit(":", 1)[1])
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(request)
+        await writer.drain()
+        answer = await reader.read()
+        writer.close()
         if b" 200 " not in answer.split(b"\r\n", 1)[0]:
             raise RuntimeError(f"a long poll answered {answer[:200]!r}")
         if b'"results":[{' in answer:
@@ -131,10 +117,16 @@ async def _wake_up(server: harness.Server, db: Path, token: str, clients: int) -
         write_records(writer, [msgspec.structs.replace(record, first_name="Woken")])
         committed = time.perf_counter()
     await asyncio.gather(*tasks)
-    latencies = sorted(moment - committed for moment in done) or [float("nan")]
-    p99 = latencies[max(0, int(len(latencies) * 0.99) - 1)]
-    p50, most = statistics.median(latencies), latencies[-1]
-    return {"p50": p50, "p99": p99, "max": most, "idle_cpu": idle_cpu, "empty": empty}
+    ms = [(moment - committed) * 1000 for moment in done]
+    woken = "none woken"
+    if ms:
+        woken = provenance.text(
+            "sync", "woken", p50=statistics.median(ms), p99=percentile(ms, 0.99), max=max(ms)
+        )
+    empty_text = provenance.text("sync", "empty", empty=empty) if empty else ""
+    return provenance.text(
+        "sync", "poll", clients=clients, woken=woken, empty=empty_text, idle_cpu=idle_cpu * 100
+    )
 
 
 def _stream_table(exports: list[Run], streams: dict[str, list[Run]], size: int, idle: int) -> str:
@@ -173,14 +165,12 @@ def _stream_table(exports: list[Run], streams: dict[str, list[Run]], size: int, 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="100,000 rows, 200 clients")
     parser.add_argument("--rounds", type=int, default=5, help="export and streams in turn")
     parser.add_argument("--clients", type=int, default=500, help="long polls")
     smoke = {"rows": 2_000, "clients": 20, "rounds": 2}
-    args, outputs = provenance.options(parser, smoke, rows=1_000_000)
-    if args.quick and not args.smoke:
-        args.rows, args.clients = 100_000, 200
-    rows, clients = args.rows, args.clients
+    quick = {"rows": 100_000, "clients": 200}
+    args, outputs = provenance.options(parser, smoke, rows=1_000_000, quick=quick)
+    rows = args.rows
     db = databases.ensure_database(rows, outputs.work)
     with contextlib.closing(databases.read_only(db)) as connection:
         # Bytes `leasestar export` writes: every stored body and its newline.
@@ -189,21 +179,10 @@ def main() -> None:
     load_before, started = provenance.loadavg(), time.monotonic()
     exports, streams, idle = _alternate(db, args.rounds, outputs.work)
     minutes, load_after = (time.monotonic() - started) / 60, provenance.loadavg()
-    poll_db = databases.copy_database(db, outputs.work / "sync-long-poll.db")
-    poll_token = databases.create_token(poll_db, "poll")
-    with harness.leasestar_server("sync-poll", poll_db, QUIET, work=outputs.work) as server:
-        wake = asyncio.run(_wake_up(server, poll_db, poll_token, clients))
+    here, poll_db, poll_token = databases.workspace(rows, outputs.work, "sync-long-poll")
+    with harness.leasestar_server("sync-poll", poll_db, QUIET, work=here) as server:
+        poll = asyncio.run(_wake_up(server, poll_db, poll_token, args.clients))
     databases.remove_database(poll_db)
-    woken = (
-        f"wake-up p50 {wake['p50'] * 1000:,.0f} ms, p99 {wake['p99'] * 1000:,.0f} ms, max "
-        f"{wake['max'] * 1000:,.0f} ms (target p99 <= 1 s)"
-        if wake["empty"] < clients
-        else "none woken"
-    )
-    empty = f"; {wake['empty']:.0f} answered empty when their 30 s ran out" if wake["empty"] else ""
-    poll = provenance.text(
-        "sync", "poll", clients=clients, woken=woken, empty=empty, idle_cpu=wake["idle_cpu"] * 100
-    )
     section = provenance.section(
         "sync", _stream_table(exports, streams, export_bytes, idle), poll,
         rows=rows, rounds=args.rounds, minutes=minutes,

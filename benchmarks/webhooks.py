@@ -19,10 +19,10 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import Final, cast
 
@@ -68,18 +68,16 @@ class Record:
 
     def answer(self, path: str) -> bytes:
         if path == "/arrivals":
-            lines = b"".join(msgspec.json.encode(a) + b"\n" for a in self.arrivals)
-            return _response(lines, "application/x-ndjson")
-        if path == "/samples":
-            return _response(json.dumps(self.samples).encode(), "application/json")
-        if path == "/count":
-            return _response(str(len(self.arrivals)).encode(), "text/plain")
-        return b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n"
-
-
-def _response(body: bytes, kind: str) -> bytes:
-    head = f"HTTP/1.1 200 OK\r\ncontent-type: {kind}\r\ncontent-length: {len(body)}\r\n\r\n"
-    return head.encode() + body
+            body = b"".join(msgspec.json.encode(a) + b"\n" for a in self.arrivals)
+            kind = "application/x-ndjson"
+        elif path == "/samples":
+            body, kind = json.dumps(self.samples).encode(), "application/json"
+        elif path == "/count":
+            body, kind = str(len(self.arrivals)).encode(), "text/plain"
+        else:
+            return b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n"
+        head = f"HTTP/1.1 200 OK\r\ncontent-type: {kind}\r\ncontent-length: {len(body)}\r\n\r\n"
+        return head.encode() + body
 
 
 class _Connection(asyncio.Protocol):
@@ -101,9 +99,6 @@ class _Connection(asyncio.Protocol):
             assert self._transport is not None
             self._transport.close()
 
-    def on_message_begin(self) -> None:
-        self._url, self._headers, self._body = b"", {}, []
-
     def on_url(self, url: bytes) -> None:
         self._url += url
 
@@ -120,18 +115,16 @@ class _Connection(asyncio.Protocol):
             self._transport.write(_OK)
         else:
             self._transport.write(self._record.answer(self._url.decode()))
+        self._url, self._headers, self._body = b"", {}, []  # the next request's
 
 
 async def serve_receivers(count: int) -> None:
     """`count` receivers on loopback: their ports printed as JSON, served until SIGTERM."""
     loop = asyncio.get_running_loop()
-    servers = []
-    for _ in range(count):
-        record = Record()
-        server = await loop.create_server(
-            lambda record=record: _Connection(record), "127.0.0.1", 0, backlog=64
-        )
-        servers.append(server)
+    servers = [
+        await loop.create_server(partial(_Connection, Record()), "127.0.0.1", 0, backlog=64)
+        for _ in range(count)
+    ]
     ports = [server.sockets[0].getsockname()[1] for server in servers]
     print(json.dumps(ports), flush=True)
     stop = asyncio.Event()
@@ -150,24 +143,56 @@ DELIVERY_WAIT_SECONDS = 3600
 
 
 @dataclass
+class Delivered:
+    """Per event (change sequence), the first attempt's arrival at each receiver."""
+
+    latencies: list[float] = field(default_factory=list)  # commit to first attempt, s
+    arrivals: list[float] = field(default_factory=list)  # each first attempt's
+    lag: float = 0.0  # the last commit to the last first attempt's arrival, s
+    deliveries: int = 0  # first attempts, all receivers
+    duplicates: int = 0  # attempts after the first
+
+
+@dataclass
 class Receivers:
-    process: subprocess.Popen[str]
     ports: list[int]
+    moves: list[tuple[float, int]] = field(default_factory=list)  # (instant seen, change seq)
+    expected: int = 0  # the events each receiver is to have got
 
     def url(self, index: int) -> str:
         return f"http://127.0.0.1:{self.ports[index]}/hook"
 
     def get(self, index: int, path: str) -> bytes:
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.ports[index]}{path}") as answer:
-            return bytes(answer.read())
+        return harness.get_ok(f"http://127.0.0.1:{self.ports[index]}{path}")
 
-    def pending(self, expected: list[int]) -> bool:
-        counts = [int(self.get(i, "/count")) for i in range(len(self.ports))]
-        return any(got < want for got, want in zip(counts, expected, strict=True))
+    def pending(self) -> bool:
+        return any(int(self.get(i, "/count")) < self.expected for i in range(len(self.ports)))
 
-    def wait_delivered(self, expected: list[int], what: str) -> None:
+    def committed_at(self, change_seq: int) -> float:
+        return next(seen for seen, seq in self.moves if seq >= change_seq)
+
+    def delivered(self, after: int, through: int, events: int, what: str) -> Delivered:
+        """The figures of the events in (after, through], once every receiver has each."""
         failure = f"{what}: not delivered within {DELIVERY_WAIT_SECONDS} s"
-        harness.wait_until(lambda: not self.pending(expected), DELIVERY_WAIT_SECONDS, failure)
+        harness.wait_until(lambda: not self.pending(), DELIVERY_WAIT_SECONDS, failure)
+        found, last = Delivered(), 0.0
+        for index in range(len(self.ports)):
+            first: dict[int, float] = {}
+            for line in self.get(index, "/arrivals").splitlines():
+                arrived, seq, _ = json.loads(line)
+                if after < seq <= through:
+                    if seq in first:
+                        found.duplicates += 1
+                    first[seq] = min(arrived, first.get(seq, arrived))
+            if len(first) != events:
+                raise RuntimeError(f"receiver {index}: {len(first)} of {events} events")
+            for seq, arrived in first.items():
+                found.latencies.append(arrived - self.committed_at(seq))
+                found.arrivals.append(arrived)
+            last = max(last, *first.values())
+            found.deliveries += len(first)
+        found.lag = last - self.committed_at(through)
+        return found
 
     def verify_samples(self, secrets: list[str]) -> int:
         """How many sampled requests verified (one that does not fails the run)."""
@@ -189,79 +214,34 @@ class Receivers:
 
 
 @contextlib.contextmanager
-def receiving(count: int) -> Iterator[Receivers]:
+def receiving(count: int, db: Path) -> Iterator[Receivers]:
+    """`count` receivers in a process on the client core; meanwhile `sync_state` polled
+    every POLL_SECONDS, each move of the change sequence kept with the instant seen."""
     command = [*harness.pinned(CLIENT_CORE), sys.executable, str(Path(__file__).resolve())]
-    command += ["--receivers", str(count)]
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
-    try:
-        assert process.stdout is not None
-        yield Receivers(process, json.loads(process.stdout.readline()))
-    finally:
-        process.terminate()
-        process.wait(timeout=30)
-
-
-@contextlib.contextmanager
-def watching(db: Path) -> Iterator[list[tuple[float, int]]]:
-    """Polls `sync_state` every POLL_SECONDS: (instant seen, change sequence) per move."""
-    moves: list[tuple[float, int]] = []
+    process = subprocess.Popen(
+        [*command, "--receivers", str(count)], stdout=subprocess.PIPE, text=True
+    )
 
     def watch(stop: threading.Event) -> None:
         with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as conn:
             while not stop.is_set():
                 seq = databases.change_seq(conn)
-                if not moves or moves[-1][1] != seq:
-                    moves.append((time.time(), int(seq)))
+                if not receivers.moves or receivers.moves[-1][1] != seq:
+                    receivers.moves.append((time.time(), seq))
                 time.sleep(POLL_SECONDS)
 
-    with harness.in_background(watch):
-        yield moves
-
-
-def committed_at(moves: list[tuple[float, int]], change_seq: int) -> float:
-    return next(seen for seen, seq in moves if seq >= change_seq)
+    try:
+        assert process.stdout is not None
+        receivers = Receivers(json.loads(process.stdout.readline()))
+        with harness.in_background(watch):
+            yield receivers
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
 
 
 def timed_import(db: Path, file: Path) -> tuple[float, float]:
-    """`leasestar import`'s seconds, and its CPU seconds (which other work moves least)."""
-    started, cpu = time.monotonic(), harness.children_cpu()
-    command = [str(LEASESTAR), "import", "--db", str(db), str(file)]
-    subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
-    return time.monotonic() - started, harness.children_cpu() - cpu
-
-
-@dataclass
-class Delivered:
-    """Per event (change sequence), the first attempt's arrival at each receiver."""
-
-    latencies: list[float] = field(default_factory=list)  # commit to first attempt, s
-    arrivals: list[float] = field(default_factory=list)  # each first attempt's
-    last: float = 0.0  # the last first attempt's arrival
-    deliveries: int = 0  # first attempts, all receivers
-    duplicates: int = 0  # attempts after the first
-
-
-def delivered(
-    receivers: Receivers, watch: list[tuple[float, int]], after: int, through: int, events: int
-) -> Delivered:
-    """The figures of the events in (after, through], each receiver having every one."""
-    found = Delivered()
-    for index in range(len(receivers.ports)):
-        first: dict[int, float] = {}
-        for line in receivers.get(index, "/arrivals").splitlines():
-            arrived, seq, _ = json.loads(line)
-            if after < seq <= through:
-                if seq in first:
-                    found.duplicates += 1
-                first[seq] = min(arrived, first.get(seq, arrived))
-        if len(first) != events:
-            raise RuntimeError(f"receiver {index}: {len(first)} of {events} events")
-        for seq, arrived in first.items():
-            found.latencies.append(arrived - committed_at(watch, seq))
-            found.arrivals.append(arrived)
-        found.last = max(found.last, *first.values())
-        found.deliveries += len(first)
-    return found
+    return harness.timed_run([str(LEASESTAR), "import", "--db", str(db), str(file)])
 
 
 def steady_imports(db: Path, rows: int, seconds: int) -> list[float]:
@@ -293,33 +273,35 @@ def main() -> None:
     if args.receivers:
         uvloop.run(serve_receivers(args.receivers))
         return
-    if args.steady_rows * args.steady_seconds > args.changed:
+    steady_events = args.steady_rows * args.steady_seconds
+    if steady_events > args.changed:
         parser.error("--steady-rows x --steady-seconds must be at most --changed")
-    source = databases.ensure_database(args.rows, outputs.work)
-    here = outputs.work / "webhooks"
-    here.mkdir(parents=True, exist_ok=True)
-    say(f"copying {source.name}")
-    db = databases.copy_database(source, here / "bench.db")
-    token = databases.create_token(db, "webhooks")
-    file_a, file_b = here / "changed-a.ndjson", here / "changed-b.ndjson"
+    here, db, token = databases.workspace(args.rows, outputs.work, "webhooks")
+    files = {name: here / f"changed-{name.lower()}.ndjson" for name in "AB"}
     say(f"writing two files of {args.changed:,} changed records")
-    file_a.write_bytes(databases.ndjson(args.changed, 0, "webhook bench A"))
-    file_b.write_bytes(databases.ndjson(args.changed, 0, "webhook bench B"))
+    for name, file in files.items():
+        file.write_bytes(databases.ndjson(args.changed, 0, f"webhook bench {name}"))
     with (
-        receiving(len(SIGNING)) as receivers,
+        receiving(len(SIGNING), db) as receivers,
         harness.leasestar_server("webhooks", db, WEBHOOK_ENV, work=here) as server,
-        watching(db) as watch,
     ):
         list_url = f"{server.base}/v1/applicants"
         idle = WrkTarget("list default, idle", list_url, token)
         delivering = WrkTarget("list default, delivering", list_url, token)
-        say("list req/s, idle")
-        # Unmeasured: the first list after a change counts the new total (s at 1M).
-        harness.get_ok(list_url, token, 600)
-        for _ in range(args.idle_slices):
-            idle.run(args.slice)
+
+        def list_slices(target: WrkTarget, slices: int) -> None:
+            say(f"{target.name} req/s")
+            # Unmeasured: the first list after a change counts the new total (s at 1M).
+            harness.get_ok(list_url, token, 600)
+            for _ in range(slices):
+                target.run(args.slice)
+                if target is delivering and not receivers.pending():
+                    target.slices.pop()  # it ended within the slice: not all delivering
+                    break
+
+        list_slices(idle, args.idle_slices)
         say(f"import A, webhooks off ({args.changed:,} changed)")
-        imports_off = [timed_import(db, file_a)]
+        imports_off = [timed_import(db, files["A"])]
         with contextlib.closing(open_for_write(db)) as connection:
             subscriptions = [
                 create_subscription(connection, receivers.url(index), signing=signing)
@@ -327,67 +309,53 @@ def main() -> None:
             ]
         before = databases.change_seq(db)
         say("import B, three subscribers")
-        import_on = timed_import(db, file_b)
+        import_on = timed_import(db, files["B"])
         through = databases.change_seq(db)
-        say("list req/s while delivering")
-        harness.get_ok(list_url, token, 600)
-        expected = [args.changed] * len(SIGNING)
-        for _ in range(args.delivering_slices):
-            delivering.run(args.slice)
-            if not receivers.pending(expected):
-                delivering.slices.pop()  # it ended within the slice: not all delivering
-                break
+        receivers.expected += args.changed
+        list_slices(delivering, args.delivering_slices)
         wrk_ended = time.time()
-        receivers.wait_delivered(expected, "import B")
-        burst = delivered(receivers, watch, before, through, args.changed)
-        burst_seconds = burst.last - committed_at(watch, through)
-        say(f"import B delivered: {burst_seconds:.1f} s from its commit to the last")
-        say("list req/s, idle again")
-        harness.get_ok(list_url, token, 600)
-        for _ in range(args.idle_slices):
-            idle.run(args.slice)
+        burst = receivers.delivered(before, through, args.changed, "import B")
+        say(f"import B delivered: {burst.lag:.1f} s from its commit to the last")
+        list_slices(idle, args.idle_slices)
         say(f"steady: {args.steady_rows} changed a second for {args.steady_seconds} s")
         steady_from = databases.change_seq(db)
         took = steady_imports(db, args.steady_rows, args.steady_seconds)
+        receivers.expected += steady_events
         steady_through = databases.change_seq(db)
-        steady_events = args.steady_rows * args.steady_seconds
-        receivers.wait_delivered([n + steady_events for n in expected], "steady phase")
-        steady = delivered(receivers, watch, steady_from, steady_through, steady_events)
-        steady_lag = steady.last - committed_at(watch, steady_through)
+        steady = receivers.delivered(steady_from, steady_through, steady_events, "steady phase")
         verified = receivers.verify_samples([s.secret for s in subscriptions])
         with contextlib.closing(open_for_write(db)) as connection:
             for subscription in subscriptions:
                 revoke_subscription(connection, subscription.id)
         say("import A again, webhooks off")
-        imports_off.append(timed_import(db, file_a))
+        imports_off.append(timed_import(db, files["A"]))
         load = provenance.loadavg()
     off = statistics.mean(wall for wall, _ in imports_off)
     off_cpu = statistics.mean(cpu for _, cpu in imports_off)
     (on, on_cpu), calm = import_on, idle.measured() if idle.slices else None
-    while_delivering = "- (delivery ended within the first slice)"
+    while_delivering = provenance.text("webhooks", "no_delivering")
     if calm is not None and delivering.slices:
-        rps = delivering.measured().rps
-        while_delivering = (
-            f"{rps:,.0f} ({rps / calm.rps:.2f}x of idle, {len(delivering.slices)} slices)"
-        )
+        rps, slices = delivering.measured().rps, len(delivering.slices)
+        fields = {"rps": rps, "ratio": rps / calm.rps, "slices": slices}
+        while_delivering = provenance.text("webhooks", "delivering", **fields)
     after = [arrived for arrived in burst.arrivals if arrived > wrk_ended]
-    unloaded = "- (delivered before wrk stopped)"
+    unloaded = provenance.text("webhooks", "no_unloaded")
     if len(after) > 1:
         rate = len(after) / (max(after) - wrk_ended)
-        unloaded = f"{rate:,.0f} ({rate / len(SIGNING):,.0f} per subscription)"
+        unloaded = provenance.text("webhooks", "unloaded", rate=rate, each=rate / len(SIGNING))
     ms = 1000
     section = provenance.section(
         "webhooks",
         provenance.text(
             "webhooks", "table", off=off, off_cpu=off_cpu, on=on, on_cpu=on_cpu,
             imports_off=", ".join(f"{wall:.1f} s ({cpu:.1f} s CPU)" for wall, cpu in imports_off),
-            speed=off / on, cpu_speed=off_cpu / on_cpu, burst_seconds=burst_seconds,
-            burst=burst, steady=steady, burst_rate=burst.deliveries / burst_seconds,
-            burst_rate_each=burst.deliveries / burst_seconds / len(SIGNING), unloaded=unloaded,
+            speed=off / on, cpu_speed=off_cpu / on_cpu, burst_seconds=burst.lag,
+            burst=burst, steady=steady, burst_rate=burst.deliveries / burst.lag,
+            burst_rate_each=burst.deliveries / burst.lag / len(SIGNING), unloaded=unloaded,
             burst_p50=percentile(burst.latencies, 0.5), burst_p99=percentile(burst.latencies, 0.99),
             steady_p50=percentile(steady.latencies, 0.5) * ms,
             steady_p99=percentile(steady.latencies, 0.99) * ms,
-            steady_lag=steady_lag * ms, steady_import=statistics.median(took) * ms,
+            steady_lag=steady.lag * ms, steady_import=statistics.median(took) * ms,
             idle=f"{calm.rps:,.0f}" if calm else "-", idle_slices=len(idle.slices),
             while_delivering=while_delivering,
         ),
