@@ -82,11 +82,14 @@ def check_encodings(base: str, dataset: Dataset) -> list[str]:
     return problems
 
 
-def build(base: str, floor_base: str, dataset: Dataset, work: Path, pages: int) -> Clients:
-    """The cases of one database (its cursors collected now, before any measurement)."""
+def measure(
+    settings: Settings, base: str, floor_base: str, dataset: Dataset, work: Path
+) -> Clients:
+    """The cases of one database (its cursors collected first), then every case and both
+    in-process floors in interleaved slices."""
     token = dataset.tokens[False]
     offsets = offsets_file(dataset.rows, work)
-    cursors, collected = cursors_file(base, dataset, pages, work)
+    cursors, collected = cursors_file(base, dataset, settings.cursor_pages, work)
     say(f"{dataset.rows:,} rows: {collected:,} cursors of distinct pages collected")
     first = list_case(base, dataset, dataset.cases["list_default"], floor_base)
     first.label = "first page, repeated"
@@ -104,7 +107,10 @@ def build(base: str, floor_base: str, dataset: Dataset, work: Path, pages: int) 
         group[-1].wire_at_most = 0.3
     group.append(list_case(base, dataset, dataset.cases["get_by_id"], floor_base))
     group[-1].need = 0.65
-    return Clients(dataset.rows, group, collected, check_encodings(base, dataset))
+    problems = check_encodings(base, dataset)
+    say(f"{dataset.rows:,} rows: what clients do (distinct pages, compression, by id)")
+    report.measure(settings, group)
+    return Clients(dataset.rows, group, collected, problems + [n for m in group for n in m.notes])
 
 
 @dataclass
@@ -113,13 +119,6 @@ class Clients:
     group: list[Measurement]
     cursors: int  # distinct cursor pages collected
     notes: list[str]  # the encodings' problems, then the bodies'
-
-
-def measure(settings: Settings, clients: Clients) -> None:
-    """Every case and both in-process floors, in interleaved slices."""
-    say(f"{clients.rows:,} rows: what clients do (distinct pages, compression, by id)")
-    report.measure(settings, clients.group)
-    clients.notes += [note for m in clients.group for note in m.notes]
 
 
 def _database(clients: Clients) -> str:

@@ -92,7 +92,6 @@ class WrkTarget:
     timeout: str = "30s"
 
     def wrk(self, seconds: int) -> dict[str, Any]:
-        """One wrk run, pinned to `core`: the summary its script prints."""
         script_args = self.script_args
         if self.paths_file is not None:
             script_args = ("paths", str(self.paths_file))
@@ -187,7 +186,6 @@ def interleave(
 def wait_until(
     check: Callable[[], object], seconds: float, failure: str, every: float = 0.2
 ) -> None:
-    """Call `check` every `every` seconds until it is true; past `seconds`, fail the run."""
     deadline = time.monotonic() + seconds
     while not check():
         if time.monotonic() > deadline:
@@ -202,17 +200,13 @@ def percentile(values: Iterable[float], fraction: float) -> float:
 
 
 def proc_kib(pid: int, file: str = "status") -> dict[str, int]:
-    """The fields in kB of `/proc/PID/FILE` (status, smaps_rollup)."""
+    """The fields in kB of `/proc/PID/FILE` (status: `VmRSS`; smaps_rollup)."""
     found = {}
     for line in Path(f"/proc/{pid}/{file}").read_text().splitlines():
         name, _, value = line.partition(":")
         if value.endswith(" kB"):
             found[name] = int(value.split()[0])
     return found
-
-
-def rss_kib(pid: int) -> int:
-    return proc_kib(pid)["VmRSS"]
 
 
 def children(pid: int) -> list[int]:
@@ -246,7 +240,7 @@ def rss_samples(pid: int, every: float) -> Iterator[list[int]]:
 
     def sample(stop: threading.Event) -> None:
         while not stop.wait(every):
-            samples.append(rss_kib(pid))
+            samples.append(proc_kib(pid)["VmRSS"])
 
     with in_background(sample):
         yield samples
@@ -273,7 +267,6 @@ def free_port() -> int:
 
 
 def http_get(url: str, token: str | None = None, timeout: float = 60) -> tuple[int, bytes]:
-    """One GET on a connection of its own: its status and body."""
     path = urllib.parse.urlsplit(url)._replace(scheme="", netloc="").geturl()
     with contextlib.closing(KeepAlive(url, timeout)) as client:
         status, _, body, _ = client.get(path, token)

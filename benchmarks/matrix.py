@@ -7,7 +7,6 @@ import argparse
 import contextlib
 import json
 import random
-import sys
 import time
 import urllib.parse
 from dataclasses import dataclass, field
@@ -320,8 +319,7 @@ def main() -> None:
         with harness.leasestar_server(f"matrix-{rows}", db, work=outputs.work) as server:
             settings = SMOKE_MATRIX if args.smoke else QUICK_MATRIX if args.quick else FULL_MATRIX
             results.append(measure(server.base, db, domain, settings))
-    command = "python benchmarks/matrix.py " + " ".join(sys.argv[1:])
-    section = markdown(results, command.strip(), when)
+    section = markdown(results, provenance.command(), when)
     provenance.publish(section, outputs.results_md if args.results or args.smoke else None)
 
 

@@ -163,9 +163,7 @@ def run_benchmark(settings: Settings, work: Path, matrix_settings: matrix.Matrix
             known = run.cases[dataset.rows]
             run.depth[dataset.rows] = measure_depth(settings, dataset, dataset_base, known)
         for dataset, dataset_base in served:  # issue 15: what clients do
-            found = clients.build(dataset_base, floor_base, dataset, work, settings.cursor_pages)
-            clients.measure(settings, found)
-            run.clients.append(found)
+            run.clients.append(clients.measure(settings, dataset_base, floor_base, dataset, work))
         if settings.cursors and big:
             say(f"{big.rows:,} rows: cursor walks at 10%, 50% and 90% depth (issue 7)")
             run.cursors = cursor_depth.walk(big.db, big.rows, big_base, big.tokens[False], settings)

@@ -143,16 +143,16 @@ def main() -> int:
             connections=args.connections, threads=min(2, args.connections), core=None,
             timeout="10s",
         )  # fmt: skip
-        idle, load_before = harness.rss_kib(server.pid), provenance.loadavg()
+        idle, load_before = harness.proc_kib(server.pid)["VmRSS"], provenance.loadavg()
         say(f"server up on {server.base}, RSS {idle / 1024:.1f} MiB; warming up")
         wrk.wrk(WARMUP_SECONDS)
-        start = harness.rss_kib(server.pid)
+        start = harness.proc_kib(server.pid)["VmRSS"]
         say(f"RSS {start / 1024:.1f} MiB; {args.duration} s of wrk while imports run")
         importing = functools.partial(import_loop, db, files, time.monotonic(), runs)
         with harness.in_background(importing):
             with harness.rss_samples(server.pid, 1.0) as samples:
                 measured = wrk.wrk(args.duration)
-                end = harness.rss_kib(server.pid)
+                end = harness.proc_kib(server.pid)["VmRSS"]
             say("wrk done; letting the running import finish")
     figures = {
         "date": provenance.now(),

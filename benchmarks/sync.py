@@ -40,7 +40,7 @@ class Run:
 def _stream_once(server: harness.Server, token: str, encoding: str) -> Run:
     """One curl stream of the table in id order (the export's order and bytes); the server's
     CPU time, its RSS sampled every 20 ms."""
-    before = harness.rss_kib(server.pid)
+    before = harness.proc_kib(server.pid)["VmRSS"]
     with harness.rss_samples(server.pid, 0.02) as samples:
         cpu, started = harness.cpu_seconds(server.pid), time.perf_counter()
         done = subprocess.run([
@@ -62,7 +62,7 @@ def _alternate(db: Path, rounds: int, work: Path) -> tuple[list[Run], dict[str, 
     exports: list[Run] = []
     streams: dict[str, list[Run]] = {encoding: [] for encoding in ENCODINGS}
     with harness.leasestar_server("sync", db, QUIET, work=work) as server:
-        idle = harness.rss_kib(server.pid)
+        idle = harness.proc_kib(server.pid)["VmRSS"]
         # Unmeasured: the first export after the server started had it build its columnar
         # copy of the table meanwhile (~100 MB and 3.5 s of the export's core, once).
         harness.timed_run(export)
