@@ -170,8 +170,11 @@ def _truncated(path: Path, header: bytes) -> str | None:
     page_size = 65_536 if page_size == 1 else page_size
     pages = int.from_bytes(header[28:32], "big")
     # The page count is valid only when written by the last change (offsets 24 and 92),
-    # and only then with no WAL beside the file: a checkpoint may be extending it.
-    if header[24:28] != header[92:96] or Path(f"{path}-wal").exists():
+    # and only then with no WAL beside the file (a checkpoint may be extending it) and no
+    # rollback journal (a cut write into an empty database: the next open restores it).
+    if header[24:28] != header[92:96] or any(
+        Path(f"{path}-{journal}").exists() for journal in ("wal", "journal")
+    ):
         return None
     size, expected = path.stat().st_size, pages * page_size
     if size >= expected:

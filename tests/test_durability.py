@@ -86,6 +86,18 @@ def stored_db(tmp_path: Path) -> Path:
     return path
 
 
+@pytest.fixture(params=["stored", "empty"])
+def killed_db(request: pytest.FixtureRequest, tmp_path: Path) -> Path:
+    """What a killed import writes to: STORED rows (the write goes to the WAL), or none
+    (a write into an empty database goes to the file, behind a rollback journal)."""
+    if request.param == "stored":
+        path: Path = request.getfixturevalue("stored_db")
+        return path
+    path = tmp_path / "empty.db"
+    open_for_write(path).close()
+    return path
+
+
 def state(path: Path) -> tuple[Any, ...]:
     """What a reader can see, byte for byte, and that the file is sound."""
     connection = open_for_write(path)  # recovers the WAL like any first opener
@@ -150,6 +162,11 @@ def stop(process: subprocess.Popen[bytes]) -> None:
             stream.close()
 
 
+def assert_journal_of_the_write(path: Path, before: tuple[Any, ...]) -> None:
+    """A write into an empty database runs behind a rollback journal; otherwise in the WAL."""
+    assert Path(f"{path}-journal").exists() == (not before[2])
+
+
 def assert_recovers_and_imports(path: Path, before: tuple[Any, ...], import_file: Path) -> None:
     after = state(path)
     assert after[0] == [("ok",)]
@@ -158,7 +175,8 @@ def assert_recovers_and_imports(path: Path, before: tuple[Any, ...], import_file
     try:
         with import_file.open("rb") as stream:
             report = import_ndjson(connection, stream)
-        assert report.counts.inserted == IMPORTED
+        # The file updates the STORED rows: into an empty database, it inserts them.
+        assert report.counts.inserted == IMPORTED + (0 if before[2] else STORED)
         assert connection.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
     finally:
         connection.close()
@@ -166,16 +184,16 @@ def assert_recovers_and_imports(path: Path, before: tuple[Any, ...], import_file
 
 @pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/fdinfo").is_dir(), reason="needs Linux /proc")
-def test_sigkill_mid_file_leaves_the_database_as_it_was(stored_db: Path, import_file: Path) -> None:
+def test_sigkill_mid_file_leaves_the_database_as_it_was(killed_db: Path, import_file: Path) -> None:
     """`leasestar import FILE` killed once it has read 80% of the file.
 
     By then its worker process parses the lines (from line 8,193): it must not outlive
     the importer.
     """
-    before = state(stored_db)
+    before = state(killed_db)
     most = import_file.stat().st_size * 4 // 5
     process = subprocess.Popen(
-        [str(LEASESTAR), "import", "--db", str(stored_db), str(import_file)],
+        [str(LEASESTAR), "import", "--db", str(killed_db), str(import_file)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -183,13 +201,14 @@ def test_sigkill_mid_file_leaves_the_database_as_it_was(stored_db: Path, import_
         wait_for(lambda: read_position(process, import_file) > most or process.poll() is not None)
         assert process.poll() is None, "the import finished before it could be killed"
         workers = children(process.pid)
+        assert_journal_of_the_write(killed_db, before)
         process.send_signal(signal.SIGKILL)
     finally:
         stop(process)
     assert process.returncode == -signal.SIGKILL
     assert workers  # the parser, and multiprocessing's resource tracker
     assert_gone(workers)
-    assert_recovers_and_imports(stored_db, before, import_file)
+    assert_recovers_and_imports(killed_db, before, import_file)
 
 
 @pytest.mark.slow
@@ -222,10 +241,10 @@ def test_sigkill_while_waiting_for_more_input_leaves_the_database_as_it_was(
 @pytest.mark.slow
 @pytest.mark.parametrize("moment", ["first index", "middle index", "committing"])
 def test_sigkill_in_each_phase_of_a_bulk_import_leaves_the_database_as_it_was(
-    stored_db: Path, import_file: Path, moment: str
+    killed_db: Path, import_file: Path, moment: str
 ) -> None:
     """Killed with the secondary indexes dropped, half rebuilt, or all rebuilt."""
-    before = state(stored_db)
+    before = state(killed_db)
     dropped = sum(
         1
         for kind, name, sql in before[4]
@@ -238,7 +257,7 @@ def test_sigkill_in_each_phase_of_a_bulk_import_leaves_the_database_as_it_was(
         "committing": "committing",
     }[moment]
     process = subprocess.Popen(
-        [sys.executable, "-c", PHASED_IMPORT, str(stored_db), str(import_file), phase],
+        [sys.executable, "-c", PHASED_IMPORT, str(killed_db), str(import_file), phase],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         cwd=Path(__file__).resolve().parent.parent,
@@ -252,12 +271,13 @@ def test_sigkill_in_each_phase_of_a_bulk_import_leaves_the_database_as_it_was(
                 break
         assert labels[-1] == phase, labels
         workers = children(process.pid)
+        assert_journal_of_the_write(killed_db, before)
         process.send_signal(signal.SIGKILL)
     finally:
         stop(process)
     assert process.returncode == -signal.SIGKILL
     assert_gone(workers)
-    assert_recovers_and_imports(stored_db, before, import_file)
+    assert_recovers_and_imports(killed_db, before, import_file)
 
 
 # --- readers during an import ---------------------------------------------------------

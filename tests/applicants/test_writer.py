@@ -383,3 +383,91 @@ def test_the_page_cache_setting_is_restored_after_a_write(db: sqlite3.Connection
     with pytest.raises(ImportRefused):
         run_import(db, b"{}\n")
     assert db.execute("PRAGMA cache_size").fetchone() == before
+
+
+# --- where a write into an empty database journals --------------------------------------
+
+
+class JournalSeen:
+    """Records, at each phase of a write, the journal mode and which journal files exist."""
+
+    def __init__(self, db: sqlite3.Connection, path: Path) -> None:
+        self._db = db
+        self._path = path
+        self.seen: list[tuple[str, bool, bool]] = []
+
+    def advance(self, done: int, position: int = 0) -> None:
+        pass
+
+    def phase(self, label: str) -> None:
+        (mode,) = self._db.execute("PRAGMA journal_mode").fetchone()
+        wal = Path(f"{self._path}-wal")
+        wal_written = wal.exists() and wal.stat().st_size > 0
+        self.seen.append((mode, Path(f"{self._path}-journal").exists(), wal_written))
+
+
+def sixty_lines() -> bytes:
+    return b"".join(applicant_encoder.encode(r) + b"\n" for r in synthetic_applicants(60, seed=3))
+
+
+def test_a_write_into_an_empty_database_nobody_reads_goes_past_the_wal(
+    db_path: Path, db: sqlite3.Connection
+) -> None:
+    """Through a rollback journal while it runs (the WAL stays empty), back in WAL after."""
+    lines = sixty_lines()
+    db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+    seen = JournalSeen(db, db_path)
+    report = run_import(db, lines, bulk_min_rows=10, progress=seen)
+    assert report.counts.inserted == 60
+    assert seen.seen
+    assert all(entry == ("delete", True, False) for entry in seen.seen), seen.seen
+    assert db.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+    assert not Path(f"{db_path}-journal").exists()
+    other = sqlite3.connect(db_path)
+    try:  # what another connection finds: WAL, and the rows
+        assert other.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+        assert other.execute("SELECT count(*) FROM applicants").fetchone() == (60,)
+    finally:
+        other.close()
+
+
+def test_a_write_into_an_empty_database_someone_reads_stays_in_the_wal(
+    db_path: Path, db: sqlite3.Connection
+) -> None:
+    reader = sqlite3.connect(db_path)
+    try:
+        assert reader.execute("SELECT count(*) FROM applicants").fetchone() == (0,)
+        lines = sixty_lines()
+        seen = JournalSeen(db, db_path)
+        report = run_import(db, lines, bulk_min_rows=10, progress=seen)
+        assert report.counts.inserted == 60
+        assert seen.seen
+        assert all(mode == "wal" and not rollback for mode, rollback, _ in seen.seen)
+        assert reader.execute("SELECT count(*) FROM applicants").fetchone() == (60,)
+    finally:
+        reader.close()
+
+
+def test_a_write_into_a_stored_database_stays_in_the_wal(
+    db_path: Path, db: sqlite3.Connection
+) -> None:
+    write_records(db, synthetic_applicants(5, seed=2))
+    lines = sixty_lines()
+    seen = JournalSeen(db, db_path)
+    run_import(db, lines, bulk_min_rows=10, progress=seen)
+    assert seen.seen
+    assert all(mode == "wal" for mode, _, _ in seen.seen)
+
+
+def test_a_refused_write_into_an_empty_database_leaves_it_empty_and_in_wal(
+    db: sqlite3.Connection,
+) -> None:
+    schema = schema_of(db)
+    lines = [applicant_encoder.encode(r) + b"\n" for r in synthetic_applicants(80, seed=6)]
+    lines.append(b'{"x_id": 1}\n')
+    with pytest.raises(ImportRefused):
+        run_import(db, b"".join(lines), bulk_min_rows=10)
+    assert schema_of(db) == schema
+    assert db.execute("SELECT count(*) FROM applicants").fetchone() == (0,)
+    assert db.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+    assert db.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
