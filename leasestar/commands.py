@@ -123,6 +123,7 @@ def seed_database(path: Path, count: int, seed: int) -> int:
                 progress=progress,
                 in_worker=count >= WORKER_MIN_RECORDS,
             )
+            write_columnar_copy(path, progress)
         except WorkerFailed as error:
             raise CommandError(str(error)) from None
         finally:
@@ -130,6 +131,25 @@ def seed_database(path: Path, count: int, seed: int) -> int:
         return counts.inserted + counts.updated
     finally:
         connection.close()
+
+
+def write_columnar_copy(path: Path, progress: Progress) -> None:
+    """After a write: the columnar copy's file beside the database brought up to date when
+    a start would otherwise build it or it is due (`ColumnarCopy.write_file`), so the next
+    start maps it. What was written is committed either way: a file that cannot be
+    written is one line, and a server builds it at its start."""
+    from leasestar.applicants.columnar_copy import ColumnarCopy  # numpy, for writes alone
+
+    progress.phase("writing the columnar copy")
+    try:
+        ColumnarCopy(path).write_file(only_if_due=True)
+    except (OSError, sqlite3.Error) as error:
+        cause = error.strerror if isinstance(error, OSError) and error.strerror else str(error)
+        print(
+            f"note: the columnar copy beside {path} was not written ({cause}); "
+            "a server builds it when it starts",
+            file=sys.stderr,
+        )
 
 
 def open_to_read(path: Path) -> sqlite3.Connection:
@@ -351,6 +371,7 @@ def import_file(args: argparse.Namespace) -> int:
             progress = Progress("import", total_bytes=_size(stream))
             try:
                 report = import_ndjson(connection, stream, progress)
+                write_columnar_copy(db_path(args), progress)
             except WorkerFailed as failure:
                 raise CommandError(str(failure)) from None
             finally:

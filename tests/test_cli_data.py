@@ -7,8 +7,10 @@ it was: same rows, same bytes, same data version.
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
+import logging
 import sqlite3
 import subprocess
 import sys
@@ -18,9 +20,13 @@ from typing import Any
 import pytest
 
 from leasestar import commands
+from leasestar.applicants import columnar_copy, copy_file
+from leasestar.applicants.columnar_copy import COLUMN_TYPES
+from leasestar.applicants.match_counter import MatchCounter
 from leasestar.applicants.records import applicant_encoder
 from leasestar.cli import main
 from leasestar.seed.generator import synthetic_applicants
+from tests.applicants.test_copy_file import assert_copy_is_the_database
 from tests.json_body import register_json_body
 from tests.strategies import MINIMAL
 
@@ -523,3 +529,70 @@ def test_seed_generating_in_a_worker_stores_the_same_bytes(
     code, out, err = run(capsys, "seed", "--db", str(worker), "--count", "300", "--seed", "5")
     assert (code, out, err) == (0, "seeded 300 applicants (seed 5); 300 rows written\n", "")
     assert content(worker) == content(inline)
+
+
+# --- the columnar copy's file after a write ------------------------------------------
+
+
+def line_of(record: Any) -> bytes:
+    return applicant_encoder.encode(record) + b"\n"
+
+
+def copy_version(path: Path) -> tuple[int, int]:
+    """(the data version the copy's file holds, its rows)."""
+    mapped = copy_file.load(path, COLUMN_TYPES)
+    return mapped.description.identity.change_seq, mapped.description.rows
+
+
+def database_version(path: Path) -> tuple[int, int]:
+    with sqlite3.connect(path) as connection:
+        (version,) = connection.execute("SELECT change_seq FROM sync_state").fetchone()
+        (rows,) = connection.execute("SELECT count(*) FROM applicants").fetchone()
+    return version, rows
+
+
+def test_seed_leaves_the_columnar_copy_a_start_maps_without_building(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "seeded.db"
+    assert main(["seed", "--db", str(path), "--count", "300", "--seed", "5"]) == 0
+    assert copy_version(path) == database_version(path)
+    caplog.set_level(logging.INFO, "leasestar.columnar_copy")
+    counter = MatchCounter(path)
+    asyncio.run(counter.catch_up())
+    assert [r.getMessage() for r in caplog.records] == []  # mapped, not built
+    assert_copy_is_the_database(counter, path)
+
+
+def test_an_import_writes_the_copy_again_only_when_it_is_due(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Due: the rows written since the file are a sixteenth of those it holds (and at
+    least _REWRITE_LEAST, here 1); a smaller write leaves the file to the servers."""
+    monkeypatch.setattr(columnar_copy, "_REWRITE_LEAST", 1)
+    path = tmp_path / "imported.db"
+    assert main(["seed", "--db", str(path), "--count", "320", "--seed", "6"]) == 0
+    columns = copy_file.path_of(path)
+    written = columns.stat().st_ino
+    small, large = tmp_path / "small.ndjson", tmp_path / "large.ndjson"
+    small.write_bytes(b"".join(line_of(r) for r in synthetic_applicants(19, seed=60)))
+    large.write_bytes(b"".join(line_of(r) for r in synthetic_applicants(21, seed=61)))
+    assert main(["import", "--db", str(path), str(small)]) == 0  # 19 < 320 // 16
+    assert columns.stat().st_ino == written
+    assert copy_version(path) != database_version(path)
+    assert main(["import", "--db", str(path), str(large)]) == 0  # 19 + 21 >= 20
+    assert columns.stat().st_ino != written
+    assert copy_version(path) == database_version(path)
+
+
+def test_a_copy_that_cannot_be_written_is_one_line_and_the_write_stands(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "kept.db"
+    copy_file.path_of(path).mkdir()  # nothing can be renamed over a directory
+    code, out, err = run(capsys, "seed", "--db", str(path), "--count", "30", "--seed", "2")
+    assert (code, out) == (0, "seeded 30 applicants (seed 2); 30 rows written\n")
+    assert err.startswith(f"note: the columnar copy beside {path} was not written (")
+    assert err.endswith("); a server builds it when it starts\n")
+    assert err.count("\n") == 1
+    assert database_version(path)[1] == 30

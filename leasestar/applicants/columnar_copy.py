@@ -278,9 +278,8 @@ class ColumnarCopy:
         takes the lock first."""
         if self._rewriting is not None and not self._rewriting.done():
             return
-        many = self._since_file >= max(_REWRITE_LEAST, self._rows // _REWRITE_SHARE)
         old = time.monotonic() - self._installed_at >= _REWRITE_AFTER_SECONDS
-        if many or (old and self._since_file):
+        if _many_since(self._since_file, self._rows) or (old and self._since_file):
             self._rewriting = asyncio.create_task(self._rewrite())
 
     async def _rewrite(self) -> None:
@@ -296,16 +295,43 @@ class ColumnarCopy:
             await self._remapping
 
     def _rewritten(self) -> None:
-        """(On a thread.) The copy's file written again, from the file as it is (mapped
-        afresh, apart from the copy being served) and the rows changed since, unless
-        another process holds its lock (it is writing it)."""
+        """(On a thread.) The copy's file written again (`write_file`)."""
+        self.write_file(only_if_due=False)
+
+    def write_file(self, *, only_if_due: bool) -> bool:
+        """Write the copy's file again, from the file as it is (mapped afresh, apart from
+        any copy being served) and the rows changed since, or from every row when there
+        is no usable file of this database; True when written. Skipped while another
+        process holds its lock (it is writing it).
+
+        `only_if_due`: only when a start would have to build it (no usable file) or the
+        rows written since it are due a rewrite (`_REWRITE_SHARE`): what `import` and
+        `seed` do after writing, so that the next start maps a file rather than builds
+        one, while a small write leaves a large file to the servers' own schedule.
+        """
         with contextlib.suppress(BlockingIOError), copy_file.locked(self._path):
             base: copy_file.Mapped | None = None
             with contextlib.suppress(copy_file.Unusable, OSError):
                 base = self._mapped()
+            if only_if_due and base is not None and not self._file_due(base):
+                return False
             copy_file.write(self._path, *self._built(base))
             del base
             release_freed_memory()
+            return True
+        return False
+
+    def _file_due(self, mapped: copy_file.Mapped) -> bool:
+        """Whether the rows written since `mapped` call for writing the file again."""
+        connection = self._connect()
+        try:
+            (since,) = connection.execute(
+                f"SELECT count(*) FROM {APPLICANTS.table} WHERE change_seq > ?",
+                (mapped.description.identity.change_seq,),
+            ).fetchone()
+        finally:
+            connection.close()
+        return _many_since(since, mapped.description.rows)
 
     def _opened(self) -> copy_file.Mapped:
         """The copy's file mapped, after building it if it is missing, unusable or not
@@ -558,6 +584,11 @@ class ColumnarCopy:
     def _changed(self) -> None:
         """The copy changed (opened, or rows written): what was derived from it is
         stale."""
+
+
+def _many_since(written: int, rows: int) -> bool:
+    """Whether `written` rows since the copy's file are enough to write it again."""
+    return written >= max(_REWRITE_LEAST, rows // _REWRITE_SHARE)
 
 
 def read_statements(where: str) -> tuple[list[str], list[str]]:
