@@ -123,24 +123,25 @@ def seed_database(path: Path, count: int, seed: int) -> int:
                 progress=progress,
                 in_worker=count >= WORKER_MIN_RECORDS,
             )
-            write_columnar_copy(path, progress)
         except WorkerFailed as error:
             raise CommandError(str(error)) from None
         finally:
             progress.finish()
-        return counts.inserted + counts.updated
     finally:
-        connection.close()
+        connection.close()  # its page cache freed before the copy is built
+    write_columnar_copy(path)
+    return counts.inserted + counts.updated
 
 
-def write_columnar_copy(path: Path, progress: Progress) -> None:
+def write_columnar_copy(path: Path) -> None:
     """After a write: the columnar copy's file beside the database brought up to date when
     a start would otherwise build it or it is due (`ColumnarCopy.write_file`), so the next
     start maps it. What was written is committed either way: a file that cannot be
     written is one line, and a server builds it at its start."""
     from leasestar.applicants.columnar_copy import ColumnarCopy  # numpy, for writes alone
 
-    progress.phase("writing the columnar copy")
+    progress = Progress("columnar copy")
+    progress.phase("writing it beside the database, if a start would otherwise build it")
     try:
         ColumnarCopy(path).write_file(only_if_due=True)
     except (OSError, sqlite3.Error) as error:
@@ -150,6 +151,8 @@ def write_columnar_copy(path: Path, progress: Progress) -> None:
             "a server builds it when it starts",
             file=sys.stderr,
         )
+    finally:
+        progress.finish()
 
 
 def open_to_read(path: Path) -> sqlite3.Connection:
@@ -371,7 +374,6 @@ def import_file(args: argparse.Namespace) -> int:
             progress = Progress("import", total_bytes=_size(stream))
             try:
                 report = import_ndjson(connection, stream, progress)
-                write_columnar_copy(db_path(args), progress)
             except WorkerFailed as failure:
                 raise CommandError(str(failure)) from None
             finally:
@@ -386,7 +388,8 @@ def import_file(args: argparse.Namespace) -> int:
         print(f"import refused: {args.file}: nothing was written", file=sys.stderr)
         return 1
     finally:
-        connection.close()
+        connection.close()  # its page cache freed before the copy is built
+    write_columnar_copy(db_path(args))
     counts = report.counts
     print(
         f"imported {counts.seen} applicants: {counts.inserted} new, {counts.updated} updated, "
