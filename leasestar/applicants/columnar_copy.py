@@ -54,7 +54,13 @@ COLUMN_TYPES: Final = {
 }
 # The instants read together (one index of schema.sql holds them), and apart.
 _PACKED: Final = APPLICANTS.copy_instant_groups
+# The group the change sequence is in first: every row has one, so reading it marks the
+# rows present before any other column is asked for.
+_PACKED_FIRST: Final = sorted(_PACKED, key=lambda group: "change_seq" not in group)
 _HEX: Final = "%016x"  # a 64-bit integer (two's complement) as 16 hex digits
+# Rows a whole build reads in one statement (`_packed_whole`): ~100 MB of text for four
+# columns.
+_CHUNK_ROWS: Final = 1 << 20
 MISSING: Final = -1  # the code of a value no row holds
 # Rowids a built copy leaves room for beyond the largest (at least, and a share of the
 # rows): appended rows are then written into the mapped file's pages, not a new array.
@@ -393,27 +399,24 @@ class ColumnarCopy:
     def _built(self, base: copy_file.Mapped | None = None) -> Built:
         """(identity, presence, the columns one by one, their code tables as they are
         numbered) at the database's version, read in one snapshot: `base` (a file mapped
-        afresh) with the rows changed since it, or every row. Codes are numbered in the
-        values' sorted order. A column is made when it is asked for, so that writing the
-        file holds one at a time beside the presence flags."""
+        afresh) with the rows changed since it, or every row (`_built_whole`). Codes are
+        numbered in the values' sorted order."""
+        if base is None:
+            return self._built_whole()
         connection = self._connect()
         try:
             connection.execute("BEGIN")
             identity = copy_file.identity_of(connection, self._path)
-            if base is None:
-                codes = {column: Codes() for column in CODED_COLUMNS}
-                rows = self._read(connection, "", (), codes)
-            else:
-                tables = base.description.codes
-                codes = {column: Codes.numbered(tables[column]) for column in CODED_COLUMNS}
-                since = (base.description.identity.change_seq,)
-                rows = self._read(connection, "WHERE change_seq > ?", since, codes)
+            tables = base.description.codes
+            codes = {column: Codes.numbered(tables[column]) for column in CODED_COLUMNS}
+            since = (base.description.identity.change_seq,)
+            rows = self._read(connection, "WHERE change_seq > ?", since, codes)
         finally:
             connection.close()
         rowids = rows["change_seq"][0]
-        present = base.present if base is not None else np.zeros(0, np.bool_)
+        present = base.present
         size = int(rowids.max(initial=-1)) + 1
-        if size > len(present) or base is None:
+        if size > len(present):
             present = _grown(present, size + max(_ROOM_LEAST, len(rowids) // _ROOM_SHARE))
         present[rowids] = True
         numbered: dict[str, list[str | None]] = {}
@@ -421,18 +424,93 @@ class ColumnarCopy:
         def columns() -> Iterator[tuple[str, Array]]:
             for column in COLUMNS:
                 where, values = rows.pop(column)
-                held = base.columns[column] if base is not None else np.zeros(0, _dtype(column))
+                held = base.columns[column]
                 if len(held) != len(present):
                     held = _grown(held, len(present))
                 held[where] = values
                 if column in codes:
-                    order = codes[column].order()
-                    numbered[column] = list(order.ordered)
-                    if not order.keys_are_values:
-                        held = order.ranks.take(held)
+                    held = _renumbered(column, codes[column], held, numbered)
                 yield column, held
 
         return identity, present, columns(), numbered
+
+    def _built_whole(self) -> Built:
+        """(As `_built`) every row, a column at a time, each held by rowid as it is read:
+        the build holds the presence flags and a column or three (and the order of the
+        one being written), never every column's rows at once (3 GB at ten million
+        applicants). The columns are read when `copy_file.write` asks for them, in the
+        snapshot the presence flags were read in; the connection closes with the last."""
+        connection = self._connect()
+        try:
+            connection.execute("BEGIN")
+            identity = copy_file.identity_of(connection, self._path)
+            (top,) = connection.execute(
+                f"SELECT coalesce(max(rowid), 0) FROM {APPLICANTS.table}"
+            ).fetchone()
+            # Records are never deleted: the rows are about the largest rowid.
+            present = np.zeros(top + 1 + max(_ROOM_LEAST, top // _ROOM_SHARE), np.bool_)
+            first, *others = _PACKED_FIRST
+            steps = len(_PACKED) + len(CODED_COLUMNS)
+            self._reading_step(0, steps, None)
+            read_first = self._packed_whole(connection, first, len(present), present)
+        except BaseException:
+            connection.close()
+            raise
+        rows = int(np.count_nonzero(present))
+        numbered: dict[str, list[str | None]] = {}
+        _, grouped_sql = read_statements("")
+
+        def columns() -> Iterator[tuple[str, Array]]:
+            try:
+                yield from read_first.items()
+                for step, group in enumerate(others, 1):
+                    self._reading_step(step, steps, rows)
+                    yield from self._packed_whole(connection, group, len(present)).items()
+                for step, (column, sql) in enumerate(
+                    zip(CODED_COLUMNS, grouped_sql, strict=True), 1
+                ):
+                    self._reading_step(len(_PACKED) + step, steps, rows)
+                    codes = Codes()
+                    held = np.zeros(len(present), np.int32)
+                    for value, packed in connection.execute(sql):
+                        held[_unhex(packed)] = codes.code(value)
+                    yield column, _renumbered(column, codes, held, numbered)
+            finally:
+                connection.close()
+
+        return identity, present, columns(), numbered
+
+    def _packed_whole(
+        self,
+        connection: sqlite3.Connection,
+        columns: tuple[str, ...],
+        size: int,
+        present: Array | None = None,
+    ) -> dict[str, Array]:
+        """`columns` of every row, each by rowid in an array of `size` (and the rows
+        marked in `present`), read from the smallest index holding them `_CHUNK_ROWS`
+        rows at a time: a statement's text is 16 bytes a value, and all of ten million
+        rows' at once would be gigabytes. (Each chunk's OFFSET steps over the index
+        entries before it: ~4 s in all at ten million.)"""
+        held: dict[str, Array] = {column: np.zeros(size, _dtype(column)) for column in columns}
+        listed = ", ".join(columns)
+        sql = (
+            f"SELECT group_concat(printf('{_HEX * (1 + len(columns))}', r, {listed}), '') "
+            f"FROM (SELECT rowid AS r, {listed} FROM {APPLICANTS.table} LIMIT ? OFFSET ?)"
+        )
+        offset = 0
+        while True:
+            self._stop_if_closing()
+            (packed,) = connection.execute(sql, (_CHUNK_ROWS, offset)).fetchone()
+            table = _unhex(packed).reshape(-1, 1 + len(columns))
+            rowids = table[:, 0]
+            if present is not None:
+                present[rowids] = True
+            for number, column in enumerate(columns, 1):
+                held[column][rowids] = table[:, number]
+            offset += len(table)
+            if len(table) < _CHUNK_ROWS:
+                return held
 
     def _connect(self) -> sqlite3.Connection:
         return sqlite3.connect(read_uri(self._path), uri=True, timeout=BUSY_TIMEOUT_MS / 1000)
@@ -486,25 +564,24 @@ class ColumnarCopy:
         params: tuple[object, ...],
         codes: dict[str, Codes],
     ) -> Rows:
-        """The rows `where` selects, column by column, as (rowids, values).
+        """The rows `where` selects (the rows changed since a version), column by column,
+        as (rowids, values).
 
         SQLite packs each column as fixed-width hex in one string, which numpy reads in C
-        rather than a tuple per row. Without a WHERE, each statement reads the smallest
-        index holding its columns; with one, the change sequence's index, never the
-        grouped column's (`+column`). Figures: docs/list-planning.md, "Exact totals from a
-        columnar copy".
+        rather than a tuple per row; `where` makes each statement read the change
+        sequence's index, never the grouped column's (`+column`). Figures:
+        docs/list-planning.md, "Exact totals from a columnar copy".
         """
         rows: Rows = {}
         packed_sql, grouped_sql = read_statements(where)
-        steps = len(packed_sql) + len(grouped_sql)
-        for step, (columns, sql) in enumerate(zip(_PACKED, packed_sql, strict=True)):
-            self._reading_step(where, step, steps, rows)
+        for columns, sql in zip(_PACKED, packed_sql, strict=True):
+            self._stop_if_closing()
             (packed,) = connection.execute(sql, params).fetchone()
             table = _unhex(packed).reshape(-1, 1 + len(columns))
             for number, column in enumerate(columns, 1):
                 rows[column] = (table[:, 0], table[:, number])
-        for step, (column, sql) in enumerate(zip(CODED_COLUMNS, grouped_sql, strict=True)):
-            self._reading_step(where, len(packed_sql) + step, steps, rows)
+        for column, sql in zip(CODED_COLUMNS, grouped_sql, strict=True):
+            self._stop_if_closing()
             rowids: list[Array] = []
             values: list[Array] = []
             for value, packed in connection.execute(sql, params):
@@ -513,14 +590,14 @@ class ColumnarCopy:
             rows[column] = (_joined(rowids, np.int64), _joined(values, np.int32))
         return rows
 
-    def _reading_step(self, where: str, step: int, steps: int, rows: Rows) -> None:
+    def _reading_step(self, step: int, steps: int, rows: int | None) -> None:
+        """A whole build's progress, which /health reports (and a stop, if closing)."""
         self._stop_if_closing()
-        if not where:  # a build, which /health reports
-            read = f" ({len(rows['change_seq'][0]):,} rows)" if "change_seq" in rows else ""
-            self.progress = (
-                f"the columnar copy is being built from the database: {step} of {steps} "
-                f"column groups read{read}"
-            )
+        read = f" ({rows:,} rows)" if rows is not None else ""
+        self.progress = (
+            f"the columnar copy is being built from the database: {step} of {steps} "
+            f"column groups read{read}"
+        )
 
     def _file_order(self, column: str) -> tuple[Array, Array] | None:
         """`column`'s order as the file holds it, its CRCs checked the first time (on the
@@ -584,6 +661,15 @@ class ColumnarCopy:
     def _changed(self) -> None:
         """The copy changed (opened, or rows written): what was derived from it is
         stale."""
+
+
+def _renumbered(
+    column: str, codes: Codes, held: Array, numbered: dict[str, list[str | None]]
+) -> Array:
+    """`held`'s codes as the values' sorted order numbers them, that order noted."""
+    order = codes.order()
+    numbered[column] = list(order.ordered)
+    return held if order.keys_are_values else order.ranks.take(held)
 
 
 def _many_since(written: int, rows: int) -> bool:

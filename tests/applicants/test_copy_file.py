@@ -381,3 +381,14 @@ def test_a_damaged_order_is_sorted_here_instead_with_one_line(
     assert_copy_is_the_database(counter, path)  # every order used
     (line,) = lines_of(caplog, logging.WARNING)
     assert "its order of last_name is damaged" in line
+
+
+def test_a_copy_built_in_chunks_holds_every_row_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A whole build reads the instants `_CHUNK_ROWS` rows at a time: chunks of 7 over 150
+    rows (no multiple of 7) leave no row out and read none twice."""
+    monkeypatch.setattr(columnar_copy, "_CHUNK_ROWS", 7)
+    path = tmp_path / "chunked.db"
+    seeded(path, 150, seed=8)
+    assert_copy_is_the_database(opened(path), path)
