@@ -154,6 +154,26 @@ class WrkTarget:
         return Measured(rps, *quantiles, wire / max(requests, 1), requests, errors)
 
 
+# The reads compared across servers alike but for one setting (the rate limit's cost, a
+# replica's throughput): (label, path after /v1/applicants, `{id}` a random one of a file).
+READS = (("list default", ""), ("get by random id", "/{id}"))
+
+
+def reads(
+    servers: dict[str, Server], token: str, ids: list[str], ids_file: Path
+) -> list[list[WrkTarget]]:
+    """Per read of READS, a target on each server (named `server read`), its CPU counted."""
+    found = []
+    for read, path in READS:
+        url, by_id = "/v1/applicants" + path.format(id=ids[0]), ids_file if path else None
+        targets = [
+            WrkTarget(f"{name} {read}", s.base + url, token, by_id, pid=s.pid)
+            for name, s in servers.items()
+        ]
+        found.append(targets)
+    return found
+
+
 def interleave(
     targets: Sequence[WrkTarget],
     slices: int,

@@ -166,7 +166,7 @@ def run_benchmark(settings: Settings, work: Path, matrix_settings: matrix.Matrix
             run.clients.append(clients.measure(settings, dataset_base, floor_base, dataset, work))
         if settings.cursors and big:
             say(f"{big.rows:,} rows: cursor walks at 10%, 50% and 90% depth (issue 7)")
-            run.cursors = cursor_depth.walk(big.db, big.rows, big_base, big.tokens[False], settings)
+            run.cursors = cursor_depth.walk(big, big_base, settings)
         for (dataset, dataset_base), domain in zip(served, domains, strict=True):
             run.matrix.append(matrix.measure(dataset_base, dataset.db, domain, matrix_settings))
     if settings.pool:
@@ -220,12 +220,11 @@ def main(argv: list[str] | None = None) -> int:
     for rows in settings.sizes:
         # All seeding first: it must not overlap a measurement.
         databases.ensure_database(rows, outputs.work)
-    machine, versions = provenance.machine(), provenance.versions()
     report: dict[str, Any] = {
         **asdict(settings), "seconds": settings.seconds, "when": provenance.now(),
         "commit": provenance.git_commit(), "command": command or provenance.command(),
-        "machine": ", ".join(f"{k} {v}" for k, v in machine.items()),
-        "versions": ", ".join(f"{k} {v}" for k, v in versions.items()),
+        "machine": provenance.describe_machine(),
+        "versions": ", ".join(f"{k} {v}" for k, v in provenance.versions().items()),
         "load_before": provenance.loadavg(), "nice": os.getpriority(os.PRIO_PROCESS, 0),
     }  # fmt: skip
     measuring = time.monotonic()
