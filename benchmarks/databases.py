@@ -89,22 +89,18 @@ def remove_database(path: Path) -> None:
         Path(f"{path}{suffix}").unlink(missing_ok=True)
 
 
-def copy_database(source: Path, target: Path) -> Path:
-    remove_database(target)
-    with (
-        contextlib.closing(read_only(source)) as src,
-        contextlib.closing(sqlite3.connect(target)) as dst,
-    ):
-        src.backup(dst)
-    return target
-
-
 def workspace(rows: int, work: Path, name: str) -> tuple[Path, Path, str]:
     """`work/NAME/`, a copy of the N-row database in it (`bench.db`) and a token for it."""
     here = work / name
     here.mkdir(parents=True, exist_ok=True)
     say(f"copying applicants-{rows}.db into {shown(here)}")
-    db = copy_database(ensure_database(rows, work), here / "bench.db")
+    db = here / "bench.db"
+    remove_database(db)
+    with (
+        contextlib.closing(read_only(ensure_database(rows, work))) as source,
+        contextlib.closing(sqlite3.connect(db)) as copy,
+    ):
+        source.backup(copy)
     return here, db, create_token(db, name)
 
 

@@ -62,7 +62,6 @@ def on_core(core: str) -> Iterator[None]:
 class Measured:
     rps: float
     p50_ms: float
-    p90_ms: float
     p99_ms: float
     wire_bytes: float  # bytes read per response, headers included
     requests: int
@@ -150,7 +149,7 @@ class WrkTarget:
             return float(points[-1][0]) / 1000 if points else 0.0
 
         rps, wire = requests / duration if duration else 0.0, sum(s["bytes"] for s in self.slices)
-        quantiles = (quantile(0.5), quantile(0.9), quantile(0.99))
+        quantiles = (quantile(0.5), quantile(0.99))
         return Measured(rps, *quantiles, wire / max(requests, 1), requests, errors)
 
 

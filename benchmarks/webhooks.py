@@ -330,8 +330,7 @@ def main() -> None:
         say("import A again, webhooks off")
         imports_off.append(timed_import(db, files["A"]))
         load = provenance.loadavg()
-    off = statistics.mean(wall for wall, _ in imports_off)
-    off_cpu = statistics.mean(cpu for _, cpu in imports_off)
+    off, off_cpu = (statistics.mean(column) for column in zip(*imports_off, strict=True))
     (on, on_cpu), calm = import_on, idle.measured() if idle.slices else None
     while_delivering = provenance.text("webhooks", "no_delivering")
     if calm is not None and delivering.slices:
