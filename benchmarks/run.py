@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import shutil
 import sys
 import time
 from dataclasses import asdict, dataclass, field, replace
@@ -59,15 +58,6 @@ def measure_alone(
     for m in found:
         measure(settings, [m])
     return found
-
-
-def save_bodies(base: str, dataset: Dataset, directory: Path) -> Path:
-    """Each case's served body, for the HTTP floor to answer byte for byte."""
-    shutil.rmtree(directory, ignore_errors=True)
-    directory.mkdir(parents=True)
-    for case in dataset.cases.values():
-        (directory / f"{case.key}.json").write_bytes(served_once(base, dataset, case)[0])
-    return directory
 
 
 def measure_extras(
@@ -139,7 +129,7 @@ def run_benchmark(settings: Settings, work: Path, matrix_settings: matrix.Matrix
     with contextlib.ExitStack() as stack:
         serve = harness.leasestar_server
         base = stack.enter_context(serve("leasestar-100k", small.db, work=work)).base
-        bodies = save_bodies(base, small, work / "floor-bodies")
+        bodies = {case.key: served_once(base, small, case)[0] for case in small.cases.values()}
         floor_base = stack.enter_context(floors.floor_server(bodies, work)).base
         big_base = ""
         if big:
