@@ -145,6 +145,15 @@ def ndjson(count: int, seed: int, changed: str = "") -> bytes:
     return b"".join(line(record) for record in synthetic_applicants(count, seed=seed))
 
 
+def import_files(here: Path, count: int, seed: int, *changes: str) -> list[Path]:
+    """Files A, B, ... of `ndjson(count, seed, change)`, one per change, for `leasestar import`."""
+    files = [here / f"import-{count}-{chr(ord('a') + n)}.ndjson" for n in range(len(changes))]
+    say(f"writing {len(files)} import files of {count:,} applicants")
+    for file, changed in zip(files, changes, strict=True):
+        file.write_bytes(ndjson(count, seed, changed))
+    return files
+
+
 def storage_size(db: Path) -> tuple[int, int, dict[str, int], float]:
     """(file bytes, export bytes, table or index -> bytes of its pages, largest first, the
     mean bytes of a stored body, compressed: leasestar/applicants/bodies.py)."""
