@@ -161,19 +161,25 @@ class Dataset:
 
 
 def check_body(db: Path, case: Case, body: bytes) -> list[str]:
-    """`meta.total` and the page length against a direct count: wrong answers void a run."""
+    """`meta.total` against a direct count, the page against the SQL page at its offset
+    (its ids, `meta.offset`, `meta.next` where more follow): wrong answers void a run."""
     document = json.loads(body)
     if case.by_id:
         return [] if document["meta"]["total"] == 1 else [f"{case.key}: meta.total != 1"]
     with contextlib.closing(read_only(db)) as conn:
         where = f"WHERE {case.where}" if case.where else ""
         (total,) = conn.execute(f"SELECT count(*) FROM applicants {where}", case.params).fetchone()
+        sql = f"SELECT id FROM applicants {where} ORDER BY {case.order} LIMIT ? OFFSET ?"
+        ids = [row[0] for row in conn.execute(sql, (*case.params, case.limit, case.offset))]
+    meta, served = document["meta"], [record["id"] for record in document["results"]]
     problems = []
-    if document["meta"]["total"] != total:
-        problems.append(f"{case.key}: meta.total {document['meta']['total']} != count {total}")
-    expected = max(0, min(case.limit, total - case.offset))
-    if len(document["results"]) != expected:
-        problems.append(f"{case.key}: {len(document['results'])} results, expected {expected}")
+    if meta["total"] != total:
+        problems.append(f"{case.key}: meta.total {meta['total']} != count {total}")
+    if served != ids:
+        problems.append(f"{case.key}: {len(served)} results, not the {len(ids)} of the SQL page")
+    more = case.offset + case.limit < total
+    if meta["offset"] != case.offset or (more and not meta.get("next")):
+        problems.append(f"{case.key}: unexpected meta {meta}")
     return problems
 
 

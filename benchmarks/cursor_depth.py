@@ -4,20 +4,18 @@ walking there, each page checked against SQL, measured in turns. Method: section
 from __future__ import annotations
 
 import contextlib
-import json
 import statistics
 import time
 import urllib.parse
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 
 import databases
-import harness
 import provenance
 import report
-from cases import Settings
-from harness import CLIENT_CORE, CONNECTIONS, SERVER_CORE, WrkTarget, say
+from cases import Case, Dataset, Settings, served_once
+from harness import CLIENT_CORE, CONNECTIONS, SERVER_CORE, say
 from provenance import section, table, text
+from report import Measurement, list_case
 
 from leasestar.applicants.cursors import CursorCodec
 from leasestar.applicants.ordering import order_columns
@@ -34,113 +32,84 @@ TARGET = 1.5
 # in the block), ~55% of middle names (10%, 50% asc).
 DEFAULT = "created_at:desc (default)"
 ORDERINGS = {
-    None: "ORDER BY created_at DESC, id DESC",
-    "email_1:desc": "ORDER BY email_1 DESC, id DESC",
-    "middle_name:asc": "ORDER BY middle_name ASC, id ASC",
+    None: "created_at DESC, id DESC",
+    "email_1:desc": "email_1 DESC, id DESC",
+    "middle_name:asc": "middle_name ASC, id ASC",
 }
 
 
-@dataclass
-class Case:
-    ordering: str  # its name
-    kind: str  # first, cursor_10, cursor_50, cursor_90 or offset_90
-    label: str
-    position: int
-    expected_ids: list[str] = field(repr=False)
-    target: WrkTarget = field(repr=False)
-    body_bytes: int = 0
-
-    def latency(self, percentile: float) -> float:
-        """The median of the slices' latencies at `percentile`, in ms."""
-        return statistics.median(self.target.per_slice(percentile))
-
-
-def build_cases(db: Path, rows: int, base: str, token: str) -> list[Case]:
-    """Per ordering the first page and a cursor at each depth; offset 90% for contrast."""
-    with contextlib.closing(databases.read_only(db)) as conn:
+def cursor_cases(dataset: Dataset) -> list[Case]:
+    """Per ordering (keys `ORDERING KIND`) the first page and a cursor at each depth, the
+    SQL page at its position (cases.check_body checks the served one against it); offset
+    90% for contrast."""
+    with contextlib.closing(databases.read_only(dataset.db)) as conn:
         key = bytes(conn.execute("SELECT cursor_key FROM sync_state").fetchone()[0])
         # As the server signs for an unscoped token, which the benchmark uses.
         codec = CursorCodec(key).for_scope(None)
         cases = []
-        for given, order_sql in ORDERINGS.items():
+        for given, order in ORDERINGS.items():
             name = given or DEFAULT
             order_by = parse_order_by(given) if given else None
             query = ApplicantQuery(limit=LIMIT, **({"order_by": order_by} if order_by else {}))
-            first = "?" + urllib.parse.urlencode({"order-by": given}) if given else ""
-            pages = [("first", "first page (no cursor)", first, 0)]
+            pages = [("first", "first page (no cursor)", {"order-by": given} if given else {}, 0)]
             for depth in DEPTHS:
-                position = int(rows * depth)
+                position = int(dataset.rows * depth)
                 say(f"making the cursor at {depth:.0%} of {name} (position {position:,})")
                 # The total order's key values of the record before, as SQL stores them.
                 after = conn.execute(
                     f"SELECT {', '.join(order_columns(query.order_by))} FROM applicants "
-                    f"{order_sql} LIMIT 1 OFFSET ?",
+                    f"ORDER BY {order} LIMIT 1 OFFSET ?",
                     (position - 1,),
                 ).fetchone()
                 cursor = codec.encode(cursor_state(query, position, after))
-                query_string = "?" + urllib.parse.urlencode({"cursor": cursor})
-                kind = f"cursor_{round(depth * 100)}"
-                pages.append((kind, f"cursor at {depth:.0%}", query_string, position))
+                kind, label = f"cursor_{round(depth * 100)}", f"cursor at {depth:.0%}"
+                pages.append((kind, label, {"cursor": cursor}, position))
             if order_by is None:
-                position = int(rows * DEPTHS[-1])
+                position = int(dataset.rows * DEPTHS[-1])
                 label = f"offset={position:,} (offset pagination, for contrast)"
-                pages.append(("offset_90", label, f"?offset={position}", position))
-            for kind, label, query_string, position in pages:
-                sql = f"SELECT id FROM applicants {order_sql} LIMIT ? OFFSET ?"
-                ids = [row[0] for row in conn.execute(sql, (LIMIT, position))]
-                url = f"{base}/v1/applicants{query_string}"
-                target = WrkTarget(f"{name} {kind}", url, token)
-                cases.append(Case(name, kind, label, position, ids, target))
+                pages.append(("offset_90", label, {"offset": position}, position))
+            for kind, label, parameters, position in pages:
+                query_string = "?" + urllib.parse.urlencode(parameters) if parameters else ""
+                path = "/v1/applicants" + query_string
+                cases.append(Case(f"{name} {kind}", label, path, order=order, offset=position))
     return cases
 
 
-def check_case(token: str, case: Case) -> None:
-    """The served page is the SQL page at that position, with a next cursor."""
-    raw = harness.get_ok(case.target.url, token)
-    body = json.loads(raw)
-    served = [record["id"] for record in body["results"]]
-    if served != case.expected_ids:
-        raise RuntimeError(f"{case.label}: the served page is not the page at {case.position:,}")
-    if body["meta"]["offset"] != case.position or not body["meta"].get("next"):
-        raise RuntimeError(f"{case.label}: unexpected meta {body['meta']}")
-    case.body_bytes = len(raw)
+def latency(m: Measurement, percentile: float) -> float:
+    """The median of the slices' latencies at `percentile`, in ms."""
+    return statistics.median(m.target.per_slice(percentile))
 
 
 @dataclass
 class Walk:
     rows: int
-    cases: list[Case]
+    group: list[Measurement]
     settings: Settings
     loads: tuple[str, str]  # load average before, after
 
-    def x_first(self, case: Case) -> float:
+    def x_first(self, m: Measurement) -> float:
         """Its p50 over its ordering's first page's."""
-        first = next(c for c in self.cases if c.ordering == case.ordering and c.kind == "first")
-        return case.latency(50) / first.latency(50)
+        ordering = m.key.rpartition(" ")[0]
+        first = next(f for f in self.group if f.key == f"{ordering} first")
+        return latency(m, 50) / latency(first, 50)
 
     def ratios(self) -> dict[str, float]:
         """Per ordering: p50 at the deepest cursor over its first page's."""
-        return {c.ordering: self.x_first(c) for c in self.cases if c.kind == "cursor_90"}
+        deepest = (m for m in self.group if m.key.endswith(" cursor_90"))
+        return {m.key.rpartition(" ")[0]: self.x_first(m) for m in deepest}
 
 
-def walk(db: Path, rows: int, base: str, token: str, settings: Settings) -> Walk:
+def walk(dataset: Dataset, base: str, settings: Settings) -> Walk:
     """The cursors made and their pages checked, then every page warmed up (caches, the
-    count cache, the OS page cache) and measured in turns, each round rotated by one."""
+    count cache, the OS page cache) and measured in turns."""
     load_before, started = provenance.loadavg(), time.monotonic()
-    cases = build_cases(db, rows, base, token)
-    for case in cases:
-        check_case(token, case)
-    targets = [case.target for case in cases]
-
-    def progress(index: int) -> None:
-        latencies = (f"{t.name} {t.per_slice(50)[-1]:.2f} ms" for t in targets)
-        say(f"slice {index + 1}/{settings.slices}: " + ", ".join(latencies))
-
-    harness.interleave(
-        targets, settings.slices, settings.slice_seconds, settings.warmup,
-        order="rotate", after_round=progress,
-    )  # fmt: skip
-    result = Walk(rows, cases, settings, (load_before, provenance.loadavg()))
+    cases = cursor_cases(dataset)
+    problems = [problem for case in cases for problem in served_once(base, dataset, case)[1]]
+    if problems:
+        raise RuntimeError("cursor pages not as SQL orders them: " + "; ".join(problems))
+    group = [list_case(base, dataset, case, in_process=False) for case in cases]
+    report.measure(settings, group)
+    result = Walk(dataset.rows, group, settings, (load_before, provenance.loadavg()))
     say(
         f"cursor walks took {time.monotonic() - started:.0f} s: p50 at 90% depth "
         f"{max(result.ratios().values()):.2f}x the first page's (needs <= {TARGET}x)"
@@ -149,15 +118,16 @@ def walk(db: Path, rows: int, base: str, token: str, settings: Settings) -> Walk
 
 
 def markdown(result: Walk, command: str) -> str:
-    measured = [case.target.measured() for case in result.cases]
-    pages = [
-        [text("cursors", "row", **vars(case), rps=m.rps, x_first=result.x_first(case),
-              p50=case.latency(50), p90=case.latency(90), p99=case.latency(99))]
-        for case, m in zip(result.cases, measured, strict=True)
-    ]  # fmt: skip
+    pages = []
+    for m in result.group:
+        fields = {**m.fields(), **{f"p{p}": latency(m, p) for p in (50, 90, 99)}}
+        ordering = m.key.rpartition(" ")[0]
+        pages.append(
+            [text("cursors", "row", **fields, ordering=ordering, x_first=result.x_first(m))]
+        )
     by_ordering = ", ".join(f"`{name}` {ratio:.2f}x" for name, ratio in result.ratios().items())
     verdict = report.verdict(max(result.ratios().values()), TARGET, at_most=True)
-    errors = sum(m.errors for m in measured)
+    errors = sum(m.served.errors for m in result.group if m.served)
     target = text(
         "cursors", "target", target=TARGET, verdict=verdict, by_ordering=by_ordering, errors=errors
     )

@@ -89,22 +89,18 @@ def remove_database(path: Path) -> None:
         Path(f"{path}{suffix}").unlink(missing_ok=True)
 
 
-def copy_database(source: Path, target: Path) -> Path:
-    remove_database(target)
-    with (
-        contextlib.closing(read_only(source)) as src,
-        contextlib.closing(sqlite3.connect(target)) as dst,
-    ):
-        src.backup(dst)
-    return target
-
-
 def workspace(rows: int, work: Path, name: str) -> tuple[Path, Path, str]:
     """`work/NAME/`, a copy of the N-row database in it (`bench.db`) and a token for it."""
     here = work / name
     here.mkdir(parents=True, exist_ok=True)
     say(f"copying applicants-{rows}.db into {shown(here)}")
-    db = copy_database(ensure_database(rows, work), here / "bench.db")
+    db = here / "bench.db"
+    remove_database(db)
+    with (
+        contextlib.closing(read_only(ensure_database(rows, work))) as source,
+        contextlib.closing(sqlite3.connect(db)) as copy,
+    ):
+        source.backup(copy)
     return here, db, create_token(db, name)
 
 
@@ -147,6 +143,15 @@ def ndjson(count: int, seed: int, changed: str = "") -> bytes:
         return encode(record) + b"\n"
 
     return b"".join(line(record) for record in synthetic_applicants(count, seed=seed))
+
+
+def import_files(here: Path, count: int, seed: int, *changes: str) -> list[Path]:
+    """Files A, B, ... of `ndjson(count, seed, change)`, one per change, for `leasestar import`."""
+    files = [here / f"import-{count}-{chr(ord('a') + n)}.ndjson" for n in range(len(changes))]
+    say(f"writing {len(files)} import files of {count:,} applicants")
+    for file, changed in zip(files, changes, strict=True):
+        file.write_bytes(ndjson(count, seed, changed))
+    return files
 
 
 def storage_size(db: Path) -> tuple[int, int, dict[str, int], float]:

@@ -178,35 +178,26 @@ def rate_limit_cost(db: Path, seconds: int, slices: int, pairs: int, rows: int, 
     ids_file = work / "rate-limit-ids.txt"
     ids = databases.first_ids(db, 10_000, ids_file)
     started, load = time.monotonic(), provenance.loadavg()
-    cases = (
-        ("list default", "/v1/applicants", None),
-        ("get by random id", f"/v1/applicants/{ids[0]}", ids_file),
-    )
-    # case -> one target per server (COST_SERVERS' order) for each set of servers
-    runs: dict[str, list[list[harness.WrkTarget]]] = {case: [] for case, _, _ in cases}
+    sets = []  # per set of servers, per read, a target per server (COST_SERVERS' order)
     for pair in range(pairs):
         # Fresh servers each set: two started alike differ by up to 20 % for as long as they
         # live, more than the cost measured; over several sets that averages out.
         with contextlib.ExitStack() as stack:
-            servers = {}
-            for n, (name, env) in enumerate(COST_SERVERS.items()):
-                server = harness.leasestar_server(f"rate-limit-{pair}-{n}", db, env, work=work)
-                servers[name] = stack.enter_context(server)
-            for case, path, ids_for in cases:
-                targets = [
-                    harness.WrkTarget(name, s.base + path, token, ids_for, pid=s.pid)
-                    for name, s in servers.items()
-                ]
-                harness.interleave(targets, slices, seconds, 1, order="rotate", start=pair)
-                runs[case].append(targets)
-                harness.say(
-                    f"set {pair + 1}/{pairs}, {case}: "
-                    + ", ".join(f"{t.name} {t.measured().rps:,.0f}" for t in targets)
+            servers = {
+                name: stack.enter_context(
+                    harness.leasestar_server(f"rate-limit-{pair}-{n}", db, env, work=work)
                 )
+                for n, (name, env) in enumerate(COST_SERVERS.items())
+            }
+            sets.append(harness.reads(servers, token, ids, ids_file))
+            for targets in sets[-1]:
+                harness.interleave(targets, slices, seconds, 1, order="rotate", start=pair)
+                rates = (f"{t.name} {t.measured().rps:,.0f}" for t in targets)
+                harness.say(f"set {pair + 1}/{pairs}: " + ", ".join(rates))
     table_rows = []
-    for case, sets in runs.items():
+    for (read, _), per_set in zip(harness.READS, zip(*sets, strict=True), strict=True):
         # Per server (COST_SERVERS' order): its req/s and CPU us per request in each set.
-        per_server = list(zip(*sets, strict=True))
+        per_server = list(zip(*per_set, strict=True))
         rps = [[target.measured().rps for target in one] for one in per_server]
         cpu = [[target.cpu_us_per_request() for target in one] for one in per_server]
         cells = [f"{fmean(rps[0]):,.0f}", f"{fmean(cpu[0]):.0f}"]
@@ -218,7 +209,7 @@ def rate_limit_cost(db: Path, seconds: int, slices: int, pairs: int, rows: int, 
                 f"{fmean(costs):+.1%} ({min(costs):+.1%} to {max(costs):+.1%})",
                 f"{fmean(cpu[number]):.0f} ({fmean(cpu_costs):+.1%})",
             ]
-        table_rows.append([case, *cells])
+        table_rows.append([read, *cells])
     busy = os.getloadavg()[0] > (os.cpu_count() or 1)
     return provenance.section(
         "rate-limit",

@@ -8,6 +8,7 @@ import contextlib
 import itertools
 import os
 import re
+import shutil
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -39,13 +40,21 @@ def create_floor_app() -> Litestar:
     return Litestar(route_handlers=handlers)
 
 
-def floor_server(bodies: Path, work: Path) -> contextlib.AbstractContextManager[harness.Server]:
+def floor_server(
+    bodies: dict[str, bytes], work: Path
+) -> contextlib.AbstractContextManager[harness.Server]:
+    """The floor app answering each case's served body (key -> bytes) byte for byte."""
+    folder = work / "floor-bodies"
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    for key, body in bodies.items():
+        (folder / f"{key}.json").write_bytes(body)
     # `leasestar serve` runs uvicorn.run(factory=True, workers=1, log_level="info",
     # access_log=False) with uvicorn's default loop and HTTP parser: the same here.
     command = [str(UVICORN), "floors:create_floor_app", "--factory", "--app-dir", str(BENCH)]
     command += ["--host", "127.0.0.1", "--port", "{port}", "--workers", "1"]
     command += ["--log-level", "info", "--no-access-log"]
-    env = {"BENCH_FLOOR_DIR": str(bodies)}
+    env = {"BENCH_FLOOR_DIR": str(folder)}
     return harness.server("floor", command, "/floor/tiny", env, work=work)
 
 

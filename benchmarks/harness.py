@@ -62,7 +62,6 @@ def on_core(core: str) -> Iterator[None]:
 class Measured:
     rps: float
     p50_ms: float
-    p90_ms: float
     p99_ms: float
     wire_bytes: float  # bytes read per response, headers included
     requests: int
@@ -150,8 +149,28 @@ class WrkTarget:
             return float(points[-1][0]) / 1000 if points else 0.0
 
         rps, wire = requests / duration if duration else 0.0, sum(s["bytes"] for s in self.slices)
-        quantiles = (quantile(0.5), quantile(0.9), quantile(0.99))
+        quantiles = (quantile(0.5), quantile(0.99))
         return Measured(rps, *quantiles, wire / max(requests, 1), requests, errors)
+
+
+# The reads compared across servers alike but for one setting (the rate limit's cost, a
+# replica's throughput): (label, path after /v1/applicants, `{id}` a random one of a file).
+READS = (("list default", ""), ("get by random id", "/{id}"))
+
+
+def reads(
+    servers: dict[str, Server], token: str, ids: list[str], ids_file: Path
+) -> list[list[WrkTarget]]:
+    """Per read of READS, a target on each server (named `server read`), its CPU counted."""
+    found = []
+    for read, path in READS:
+        url, by_id = "/v1/applicants" + path.format(id=ids[0]), ids_file if path else None
+        targets = [
+            WrkTarget(f"{name} {read}", s.base + url, token, by_id, pid=s.pid)
+            for name, s in servers.items()
+        ]
+        found.append(targets)
+    return found
 
 
 def interleave(

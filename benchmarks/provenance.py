@@ -49,28 +49,19 @@ def versions() -> dict[str, str]:
     return found
 
 
-def machine() -> dict[str, str]:
-    model = "?"
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    memory = "?"
-    with contextlib.suppress(OSError, IndexError, ValueError):
-        kb = int(Path("/proc/meminfo").read_text().split()[1])
-        memory = f"{kb / 2**20:.0f} GiB"
-    cores, kernel = str(os.cpu_count()), platform.release()
-    return {"cpu": model, "cores": cores, "memory": memory, "kernel": kernel}
-
-
 def describe_machine(*packages: str) -> str:
     """The machine in one line, e.g. "Xeon, 2 cores, 8 GiB, kernel 6.1; python 3.11.7"."""
-    m = machine()
-    text = f"{m['cpu']}, {m['cores']} cores, {m['memory']}, kernel {m['kernel']}"
+    model = memory = "?"
+    with contextlib.suppress(OSError, StopIteration):
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+        model = next(line for line in lines if line.startswith("model name"))
+        model = model.split(":", 1)[1].strip()
+    with contextlib.suppress(OSError, IndexError, ValueError):
+        memory = f"{int(Path('/proc/meminfo').read_text().split()[1]) / 2**20:.0f} GiB"
+    text = f"{model}, {os.cpu_count()} cores, {memory}, kernel {platform.release()}"
     if packages:
         found = versions()
-        text += "; " + ", ".join(f"{name} {found.get(name, '?')}" for name in packages)
+        text += "; " + ", ".join(f"{name} {found[name]}" for name in packages)
     return text
 
 

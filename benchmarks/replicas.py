@@ -23,7 +23,7 @@ from harness import LEASESTAR, KeepAlive, WrkTarget, percentile, say
 
 from leasestar.replica.layout import FOLLOWED_NAME, ReplicaLayout
 
-Pairs = list[list[WrkTarget]]  # per case, [primary's, replica's]
+Pairs = list[list[WrkTarget]]  # per read of harness.READS, [primary's, replica's]
 IMPORT_ROWS = 100
 BIG_IMPORT_ROWS = 100_000
 # The primary's file and the replica's answers: each poll is a request the replica serves
@@ -196,19 +196,6 @@ def _follow_import(
         time.sleep(POLL_SECONDS)
 
 
-def _pairs(
-    bases: tuple[str, str], names: tuple[str, str], token: str, ids: Path, one: str
-) -> Pairs:
-    cases = (("list default", "/v1/applicants", None), ("get by id", f"/v1/applicants/{one}", ids))
-    return [
-        [
-            WrkTarget(f"{name} {case}", base + path, token, ids_file)
-            for base, name in zip(bases, names, strict=True)
-        ]
-        for case, path, ids_file in cases
-    ]
-
-
 def _while_applying(db: Path, replica: str, token: str, applying: Pairs, seconds: int) -> float:
     """`applying` (both servers) in turns while the replica applies a large import; the
     seconds it took."""
@@ -242,8 +229,8 @@ def main() -> None:
     args, outputs = provenance.options(parser, smoke, rows=100_000, quick=quick)
     shutil.rmtree(outputs.work / "replicas", ignore_errors=True)  # the store of a run before
     here, db, token = databases.workspace(args.rows, outputs.work, "replicas")
-    store, replica_db, ids = here / "store", here / "replica.db", here / "ids.txt"
-    one = databases.first_ids(db, 2000, ids)[0]
+    store, replica_db, ids_file = here / "store", here / "replica.db", here / "ids.txt"
+    ids = databases.first_ids(db, 2000, ids_file)
     replica_args = ["--replica-of", store.as_uri()]
     with contextlib.ExitStack() as running:
         running.enter_context(_replicating(db, store))
@@ -262,13 +249,13 @@ def main() -> None:
         lags = measure_lag(db, store, replica_db, replica.base, token, args.imports)
         say("throughput, caught up: primary and replica in alternating slices")
         # A first list after the imports counts the new total (60-76 s at 1M): not in a slice.
-        bases = (primary.base, replica.base)
-        for base in bases:
-            _total(base, token)
-        pairs = _pairs(bases, ("primary", "replica"), token, ids, one)
+        for server in (primary, replica):
+            _total(server.base, token)
+        pairs = harness.reads({"primary": primary, "replica": replica}, token, ids, ids_file)
         flat = [target for pair in pairs for target in pair]
         harness.interleave(flat, max(1, args.seconds // args.slice), args.slice, order="same")
-        applying = _pairs(bases, ("primary meanwhile", "replica applying"), token, ids, one)
+        servers = {"primary meanwhile": primary, "replica applying": replica}
+        applying = harness.reads(servers, token, ids, ids_file)
         applied_in = 0.0
         if not args.skip_applying:
             applied_in = _while_applying(db, replica.base, token, applying, args.slice)
@@ -281,8 +268,10 @@ def _report(
     sizes = lags.file_bytes or [0]
     served, shipped, followed, applied = zip(*lags.parts, strict=True)
     rows = []
-    for (primary, replica), (meanwhile, during) in zip(pairs, applying, strict=True):
-        row = [primary.name.removeprefix("primary ")]
+    for (read, _), (primary, replica), (meanwhile, during) in zip(
+        harness.READS, pairs, applying, strict=True
+    ):
+        row = [read]
         for base, other in ((primary, replica), (meanwhile, during)):
             if not other.slices:
                 row += ["-", "-", "-"]

@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import shutil
 import sys
 import time
 from dataclasses import asdict, dataclass, field, replace
@@ -59,15 +58,6 @@ def measure_alone(
     for m in found:
         measure(settings, [m])
     return found
-
-
-def save_bodies(base: str, dataset: Dataset, directory: Path) -> Path:
-    """Each case's served body, for the HTTP floor to answer byte for byte."""
-    shutil.rmtree(directory, ignore_errors=True)
-    directory.mkdir(parents=True)
-    for case in dataset.cases.values():
-        (directory / f"{case.key}.json").write_bytes(served_once(base, dataset, case)[0])
-    return directory
 
 
 def measure_extras(
@@ -139,7 +129,7 @@ def run_benchmark(settings: Settings, work: Path, matrix_settings: matrix.Matrix
     with contextlib.ExitStack() as stack:
         serve = harness.leasestar_server
         base = stack.enter_context(serve("leasestar-100k", small.db, work=work)).base
-        bodies = save_bodies(base, small, work / "floor-bodies")
+        bodies = {case.key: served_once(base, small, case)[0] for case in small.cases.values()}
         floor_base = stack.enter_context(floors.floor_server(bodies, work)).base
         big_base = ""
         if big:
@@ -166,7 +156,7 @@ def run_benchmark(settings: Settings, work: Path, matrix_settings: matrix.Matrix
             run.clients.append(clients.measure(settings, dataset_base, floor_base, dataset, work))
         if settings.cursors and big:
             say(f"{big.rows:,} rows: cursor walks at 10%, 50% and 90% depth (issue 7)")
-            run.cursors = cursor_depth.walk(big.db, big.rows, big_base, big.tokens[False], settings)
+            run.cursors = cursor_depth.walk(big, big_base, settings)
         for (dataset, dataset_base), domain in zip(served, domains, strict=True):
             run.matrix.append(matrix.measure(dataset_base, dataset.db, domain, matrix_settings))
     if settings.pool:
@@ -220,12 +210,11 @@ def main(argv: list[str] | None = None) -> int:
     for rows in settings.sizes:
         # All seeding first: it must not overlap a measurement.
         databases.ensure_database(rows, outputs.work)
-    machine, versions = provenance.machine(), provenance.versions()
     report: dict[str, Any] = {
         **asdict(settings), "seconds": settings.seconds, "when": provenance.now(),
         "commit": provenance.git_commit(), "command": command or provenance.command(),
-        "machine": ", ".join(f"{k} {v}" for k, v in machine.items()),
-        "versions": ", ".join(f"{k} {v}" for k, v in versions.items()),
+        "machine": provenance.describe_machine(),
+        "versions": ", ".join(f"{k} {v}" for k, v in provenance.versions().items()),
         "load_before": provenance.loadavg(), "nice": os.getpriority(os.PRIO_PROCESS, 0),
     }  # fmt: skip
     measuring = time.monotonic()

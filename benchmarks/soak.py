@@ -30,17 +30,6 @@ MARK = {True: "✅", False: "❌"}
 SCRIPT = harness.BENCH / "soak.lua"  # half records by id, half list pages
 
 
-def import_files(count: int, work: Path) -> tuple[Path, Path]:
-    """A: `count` new applicants (seed 501: no key of the seeded data); B: A with `notes`
-    changed, so that importing A, B, A, ... rewrites every row."""
-    first, second = work / f"import-{count}-a.ndjson", work / f"import-{count}-b.ndjson"
-    if not (first.exists() and second.exists()):
-        say(f"writing two import files of {count:,} applicants")
-        first.write_bytes(databases.ndjson(count, 501))
-        second.write_bytes(databases.ndjson(count, 501, "soak rewrite of"))
-    return first, second
-
-
 def request_mix(db: Path, work: Path) -> tuple[Path, Path]:
     with contextlib.closing(databases.read_only(db)) as conn:
         ids = [row[0] for row in conn.execute("SELECT id FROM applicants")]
@@ -66,7 +55,7 @@ def request_mix(db: Path, work: Path) -> tuple[Path, Path]:
 
 
 def import_loop(
-    db: Path, files: tuple[Path, Path], origin: float, runs: list[dict[str, Any]], stop: Event
+    db: Path, files: list[Path], origin: float, runs: list[dict[str, Any]], stop: Event
 ) -> None:
     """`leasestar import` of A, B, A, ... until `stop` (the one running let finish); each
     run's file, its start and end in seconds from `origin`, its exit status and output."""
@@ -129,7 +118,9 @@ def main() -> int:
     args, outputs = provenance.options(parser, smoke, rows=100_000, nice=False)
     command = "make soak" if len(sys.argv) == 1 else provenance.command()
     work, db, token = databases.workspace(args.rows, outputs.work, "soak")
-    files = import_files(args.import_rows, work)
+    # A: new applicants (seed 501: no key of the seeded data); B: A with `notes` changed,
+    # so that importing A, B, A, ... rewrites every row.
+    files = databases.import_files(work, args.import_rows, 501, "", "soak rewrite of")
     script_args = (*map(str, request_mix(db, work)), token)
     runs: list[dict[str, Any]] = []
     options = ["--rate-limit", "off", "--log-format", "off"]

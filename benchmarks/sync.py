@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import sqlite3
+import io
 import statistics
 import subprocess
 import time
@@ -15,13 +15,10 @@ from pathlib import Path
 
 import databases
 import harness
-import msgspec
 import provenance
 from harness import CLIENT_CORE, SERVER_CORE, percentile, pinned
 
-from leasestar.applicants.bodies import BodyDecoder
-from leasestar.applicants.pipeline import write_records
-from leasestar.applicants.records import Applicant
+from leasestar.applicants.pipeline import import_ndjson
 from leasestar.database import open_for_write
 
 ENCODINGS = ("identity", "gzip")
@@ -76,13 +73,9 @@ def _alternate(db: Path, rounds: int, work: Path) -> tuple[list[Run], dict[str, 
 
 async def _wake_up(server: harness.Server, db: Path, token: str, clients: int) -> str:
     """`clients` long polls waiting, then one write committed: the section's text of it."""
-    with sqlite3.connect(db) as connection:
-        (since,) = connection.execute("SELECT max(change_seq) FROM applicants").fetchone()
-        (stored,) = connection.execute("SELECT body FROM applicants LIMIT 1").fetchone()
-        body = BodyDecoder.of(connection).decode(stored).decode()
     request = (
-        f"GET /v1/applicants?changed_since={since}&wait=30 HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-        f"Authorization: Bearer {token}\r\nConnection: close\r\n\r\n"
+        f"GET /v1/applicants?changed_since={databases.change_seq(db)}&wait=30 HTTP/1.1\r\n"
+        f"Host: 127.0.0.1\r\nAuthorization: Bearer {token}\r\nConnection: close\r\n\r\n"
     ).encode()
     done: list[float] = []
     empty = 0
@@ -112,9 +105,9 @@ async def _wake_up(server: harness.Server, db: Path, token: str, clients: int) -
     cpu_before = harness.cpu_seconds(server.pid)
     await asyncio.sleep(5)
     idle_cpu = (harness.cpu_seconds(server.pid) - cpu_before) / 5
-    record = msgspec.json.decode(body, type=Applicant)
+    # The first seeded record, changed.
     with contextlib.closing(open_for_write(db)) as writer:
-        write_records(writer, [msgspec.structs.replace(record, first_name="Woken")])
+        import_ndjson(writer, io.BytesIO(databases.ndjson(1, 0, "woken")))
         committed = time.perf_counter()
     await asyncio.gather(*tasks)
     ms = [(moment - committed) * 1000 for moment in done]

@@ -277,10 +277,9 @@ def main() -> None:
     if steady_events > args.changed:
         parser.error("--steady-rows x --steady-seconds must be at most --changed")
     here, db, token = databases.workspace(args.rows, outputs.work, "webhooks")
-    files = {name: here / f"changed-{name.lower()}.ndjson" for name in "AB"}
-    say(f"writing two files of {args.changed:,} changed records")
-    for name, file in files.items():
-        file.write_bytes(databases.ndjson(args.changed, 0, f"webhook bench {name}"))
+    file_a, file_b = databases.import_files(
+        here, args.changed, 0, "webhook bench A", "webhook bench B"
+    )
     with (
         receiving(len(SIGNING), db) as receivers,
         harness.leasestar_server("webhooks", db, WEBHOOK_ENV, work=here) as server,
@@ -301,7 +300,7 @@ def main() -> None:
 
         list_slices(idle, args.idle_slices)
         say(f"import A, webhooks off ({args.changed:,} changed)")
-        imports_off = [timed_import(db, files["A"])]
+        imports_off = [timed_import(db, file_a)]
         with contextlib.closing(open_for_write(db)) as connection:
             subscriptions = [
                 create_subscription(connection, receivers.url(index), signing=signing)
@@ -309,7 +308,7 @@ def main() -> None:
             ]
         before = databases.change_seq(db)
         say("import B, three subscribers")
-        import_on = timed_import(db, files["B"])
+        import_on = timed_import(db, file_b)
         through = databases.change_seq(db)
         receivers.expected += args.changed
         list_slices(delivering, args.delivering_slices)
@@ -328,10 +327,9 @@ def main() -> None:
             for subscription in subscriptions:
                 revoke_subscription(connection, subscription.id)
         say("import A again, webhooks off")
-        imports_off.append(timed_import(db, files["A"]))
+        imports_off.append(timed_import(db, file_a))
         load = provenance.loadavg()
-    off = statistics.mean(wall for wall, _ in imports_off)
-    off_cpu = statistics.mean(cpu for _, cpu in imports_off)
+    off, off_cpu = (statistics.mean(column) for column in zip(*imports_off, strict=True))
     (on, on_cpu), calm = import_on, idle.measured() if idle.slices else None
     while_delivering = provenance.text("webhooks", "no_delivering")
     if calm is not None and delivering.slices:
