@@ -74,6 +74,11 @@ _OPENINGS: Final = 3  # opens of a database file replaced under the path, at mos
 _REWRITE_SHARE: Final = 16
 _REWRITE_LEAST: Final = 4096
 _REWRITE_AFTER_SECONDS: Final = 600.0
+# Rows written over a sorted order (the file's, or one sorted here) that are moved to
+# where they now sort, at most; past that, the order is sorted again. Moving them costs
+# two copies of the order (~50 ms at ten million rows) and a search per row; sorting
+# ten million rows again, ~1.5 s.
+WRITTEN_MERGED_MOST: Final = 1 << 16
 logger = logging.getLogger("leasestar.columnar_copy")
 
 # Rows read from the database: column -> (rowids, values), codes already assigned.
@@ -174,9 +179,12 @@ class ColumnarCopy:
         self._present: Array
         self._columns: dict[str, Array]
         self._rows: int
-        # Each column's rows in key order, as the file holds them: right until a change
-        # is written over the copy (then derived again, `match_counter._in_order`).
+        # Each column's rows in key order, as the file holds them, and the rowids written
+        # over the copy since it was installed (in batches): an order is the file's with
+        # those rows moved to where they now sort (`match_counter._in_order`), until they
+        # are more than `WRITTEN_MERGED_MOST` (then every order is sorted again).
         self._orders: dict[str, tuple[Array, Array]] = {}
+        self._written_since_file: list[Array] = []
         self._unchecked: dict[str, tuple[copy_file.Section, copy_file.Section]] = {}
         self._reset()
         self._codes = {column: Codes() for column in CODED_COLUMNS}
@@ -528,6 +536,7 @@ class ColumnarCopy:
         self._file = (description.identity.device, description.identity.inode)
         self._changed()
         self._orders = dict(mapped.orders)
+        self._written_since_file = []
         self._unchecked = dict(mapped.unchecked)
         self._columns_file = mapped.file
         self._installed_at = time.monotonic()
@@ -601,8 +610,10 @@ class ColumnarCopy:
 
     def _file_order(self, column: str) -> tuple[Array, Array] | None:
         """`column`'s order as the file holds it, its CRCs checked the first time (on the
-        loop: ~15 ms at 1,000,000 rows, once); None when a change was written over the
-        copy since, or the order is damaged (then sorted in this process, one line)."""
+        loop: ~15 ms at 1,000,000 rows, once); None when more rows were written over the
+        copy since than are moved in an order (`WRITTEN_MERGED_MOST`), or the order is
+        damaged (then sorted in this process, one line). The rows written since are
+        `_written_since_file`."""
         order = self._orders.get(column)
         sections = self._unchecked.pop(column, None)
         if order is not None and sections is not None and not copy_file.intact(order, sections):
@@ -646,7 +657,14 @@ class ColumnarCopy:
         self._present[rowids] = True
         for column, (where, values) in changed.items():
             self._columns[column][where] = values
-        self._orders = {}
+        self._written_since_file.append(rowids)
+        if sum(len(written) for written in self._written_since_file) > WRITTEN_MERGED_MOST:
+            self._orders, self._written_since_file = {}, []
+        self._written(rowids)
+
+    def _written(self, rowids: Array) -> None:
+        """These rows were written over the copy: what a subclass derives from it is
+        stale for them (by default, all of it: `_changed`)."""
         self._changed()
 
     def _reserve(self, size: int) -> None:
