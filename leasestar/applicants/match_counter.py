@@ -126,7 +126,8 @@ class MatchCounter(ColumnarCopy):
 
     def _by_group(self, group: str, instant: str) -> tuple[Array, Array]:
         """(where each code's rows start, every row's instant) with the rows sorted by
-        code, then instant: once per change of the copy and (group, instant) counted."""
+        code, then instant: sorted once per (group, instant) counted, the rows written
+        since moved where they sort (`_regrouped`)."""
         key = f"{group}/{instant}"
         cached = self._grouped.get(key)
         stale = self._grouped_stale.pop(key, None)
@@ -310,8 +311,9 @@ class MatchCounter(ColumnarCopy):
         return int(np.searchsorted(keys, high, "right") - np.searchsorted(keys, low, "left"))
 
     def _in_order(self, column: str, order_of: Order) -> tuple[Array, Array]:
-        """(rowids, their keys) of every row in `column`'s order: the file's until a
-        change is written over the copy, then sorted once per change (and of the ranks)."""
+        """(rowids, their keys) of every row in `column`'s order: the file's, or sorted
+        here once the column's codes are numbered anew (a new value) or too many rows
+        were written; the rows written since moved where they sort (`_moved`)."""
         cached = self._sorted.get(column)
         stale = self._sorted_stale.pop(column, None)
         if cached is not None and cached[0] is not order_of:
@@ -413,6 +415,15 @@ def _rowid_type(present: Array) -> type:
     return np.int32 if len(present) < 2**31 else np.int64
 
 
+def _taken_out(rowids: Array, batches: list[Array], size: int) -> tuple[Array, Array]:
+    """(the rowids of `batches`, once each and sorted; which of `rowids` they are), every
+    rowid below `size` (the copy's length)."""
+    written = np.unique(np.concatenate(batches))
+    stale = np.zeros(size, np.bool_)
+    stale[written] = True
+    return written, stale.take(rowids)
+
+
 def _moved(
     rowids: Array, keys: Array, batches: list[Array], values: Array, order_of: Order
 ) -> tuple[Array, Array]:
@@ -420,11 +431,8 @@ def _moved(
     (written over the copy since) taken out and put back where their `values` now sort:
     two copies of the order and a binary search a row, where sorting it again costs
     n log n (~1.5 s at ten million rows)."""
-    written = np.unique(np.concatenate(batches))
-    stale = np.zeros(max(int(rowids.max(initial=-1)), int(written[-1])) + 1, np.bool_)
-    stale[written] = True
-    kept = ~stale.take(rowids)
-    rowids, keys = rowids[kept], keys[kept]
+    written, stale = _taken_out(rowids, batches, len(values))
+    rowids, keys = rowids[~stale], keys[~stale]
     now = order_of.keys(values.take(written)).astype(keys.dtype)
     by_key = np.lexsort((written, now))
     written, now = written.take(by_key), now.take(by_key)
@@ -446,10 +454,7 @@ def _regrouped(
     """A grouping (`MatchCounter._by_group`) with the rows of `batches` taken out and put
     back under their code (`groups`), where their instant (`values`) now sorts. Within a
     code, rows of one instant may lie in any order: only counts are taken of them."""
-    written = np.unique(np.concatenate(batches))
-    stale = np.zeros(max(int(rowids.max(initial=-1)), int(written[-1])) + 1, np.bool_)
-    stale[written] = True
-    dropped = stale.take(rowids)
+    written, dropped = _taken_out(rowids, batches, len(groups))
     # Each code's rows start earlier by the rows taken out of the codes before it.
     in_code = np.searchsorted(starts, np.flatnonzero(dropped), "right") - 1
     removed = np.bincount(in_code, minlength=len(starts) - 1)
