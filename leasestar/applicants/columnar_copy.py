@@ -76,8 +76,8 @@ _REWRITE_LEAST: Final = 4096
 _REWRITE_AFTER_SECONDS: Final = 600.0
 # Rows written over a sorted order (the file's, or one sorted here) that are moved to
 # where they now sort, at most; past that, the order is sorted again. Moving them costs
-# two copies of the order (~50 ms at ten million rows) and a search per row; sorting
-# ten million rows again, ~1.5 s.
+# two copies of the order and a search per row: at ten million rows the first list after
+# a 100-row write took 247-407 ms with the rows moved, 1,374-2,738 ms sorted again.
 WRITTEN_MERGED_MOST: Final = 1 << 16
 logger = logging.getLogger("leasestar.columnar_copy")
 
@@ -445,7 +445,7 @@ class ColumnarCopy:
     def _built_whole(self) -> Built:
         """(As `_built`) every row, a column at a time, each held by rowid as it is read:
         the build holds the presence flags and a column or three (and the order of the
-        one being written), never every column's rows at once (3 GB at ten million
+        one being written), never every column's rows at once (~3 GB estimated at ten million
         applicants). The columns are read when `copy_file.write` asks for them, in the
         snapshot the presence flags were read in; the connection closes with the last."""
         connection = self._connect()

@@ -430,7 +430,7 @@ def _moved(
     """`rowids` in (key, rowid) order and their `keys`, with the rows of `batches`
     (written over the copy since) taken out and put back where their `values` now sort:
     two copies of the order and a binary search a row, where sorting it again costs
-    n log n (~1.5 s at ten million rows)."""
+    n log n (`WRITTEN_MERGED_MOST` gives the figures)."""
     written, stale = _taken_out(rowids, batches, len(values))
     rowids, keys = rowids[~stale], keys[~stale]
     now = order_of.keys(values.take(written)).astype(keys.dtype)
