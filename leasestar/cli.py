@@ -24,6 +24,7 @@ from leasestar.config import (
     KEEP_ALIVE_TIMEOUT_RANGE,
     MAX_CONNECTIONS_PER_ADDRESS_RANGE,
     MAX_CONNECTIONS_RANGE,
+    PAGE_CACHE_MB_RANGE,
     PORT_RANGE,
     READ_CONNECTIONS_RANGE,
     RESERVED_CONNECTIONS_RANGE,
@@ -172,6 +173,13 @@ def build_parser(settings: Settings) -> argparse.ArgumentParser:
         default=settings.read_connections,
         help="read-only SQLite connections per worker "
         "(env LEASESTAR_READ_CONNECTIONS, default %(default)s)",
+    )
+    serve.add_argument(
+        "--page-cache-mb",
+        type=_within(PAGE_CACHE_MB_RANGE),
+        default=settings.page_cache_mb,
+        help="MB of pages asked for again kept per worker, 0 for none "
+        "(env LEASESTAR_PAGE_CACHE_MB, default %(default)s)",
     )
     serve.add_argument(
         "--log-format",

@@ -257,6 +257,7 @@ def _run_server(args: argparse.Namespace, path: Path, *, threads_running: bool =
     os.environ.update(
         LEASESTAR_DB=str(path),
         LEASESTAR_READ_CONNECTIONS=str(args.read_connections),
+        LEASESTAR_PAGE_CACHE_MB=str(args.page_cache_mb),
         LEASESTAR_LOG_FORMAT=args.log_format,
         LEASESTAR_RATE_LIMIT=args.rate_limit,
         LEASESTAR_TOKEN_CONCURRENCY=args.token_concurrency,

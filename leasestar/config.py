@@ -34,6 +34,9 @@ DEFAULT_MAX_CONNECTIONS: Final = 1000
 # addresses took the whole cap, and every authenticated request was answered 503).
 DEFAULT_RESERVED_CONNECTIONS: Final = 100
 DEFAULT_MAX_CONNECTIONS_PER_ADDRESS: Final = 100
+# ~150 pages of 100 whole records (~205 KB each), at a bounded cost of memory per worker:
+# the pages clients ask for again (README, "Pages asked for again").
+DEFAULT_PAGE_CACHE_MB: Final = 32
 
 LogFormat = Literal["json", "text", "off"]
 RateUnit = Literal["second", "minute", "hour", "day"]
@@ -112,6 +115,7 @@ MAX_CONNECTIONS_RANGE: Final = (1, 100_000)  # per worker process
 RESERVED_CONNECTIONS_RANGE: Final = (0, 100_000)  # per worker process
 MAX_CONNECTIONS_PER_ADDRESS_RANGE: Final = (1, 100_000)  # per worker process
 TOKEN_CONCURRENCY_RANGE: Final = (1, 10_000)  # per token and worker process
+PAGE_CACHE_MB_RANGE: Final = (0, 65_536)  # per worker process
 
 
 def _int_env(name: str, default: int, bounds: tuple[int, int]) -> int:
@@ -173,6 +177,9 @@ class Settings:
     port: int = 8000
     workers: int = 1
     read_connections: int = 4
+    # Pages asked for again, kept per worker while the data has not changed
+    # (`applicants/caches.py`): served without reading or decompressing anything.
+    page_cache_mb: int = DEFAULT_PAGE_CACHE_MB
     log_format: LogFormat = "json"
     # Off for an app built in code (tests, embedding); `from_env`, which `leasestar
     # serve` uses, turns it on with DEFAULT_RATE_LIMIT unless told otherwise.
@@ -199,6 +206,9 @@ class Settings:
             port=_int_env("LEASESTAR_PORT", 8000, PORT_RANGE),
             workers=parse_workers(os.environ.get("LEASESTAR_WORKERS") or "1"),
             read_connections=_int_env("LEASESTAR_READ_CONNECTIONS", 4, READ_CONNECTIONS_RANGE),
+            page_cache_mb=_int_env(
+                "LEASESTAR_PAGE_CACHE_MB", DEFAULT_PAGE_CACHE_MB, PAGE_CACHE_MB_RANGE
+            ),
             log_format=parse_log_format(os.environ.get("LEASESTAR_LOG_FORMAT") or "json"),
             rate_limit=parse_rate_limit(
                 os.environ.get("LEASESTAR_RATE_LIMIT") or DEFAULT_RATE_LIMIT

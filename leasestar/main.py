@@ -76,7 +76,7 @@ def create_app(settings: Settings | None = None, *, direct_route: bool = True) -
             open_for_write(settings.db_path).close()  # create or migrate before reading
         pool = ReadPool(settings.db_path, settings.read_connections)
         await pool.open()
-        reader = ApplicantReader(pool)
+        reader = ApplicantReader(pool, recent_pages_bytes=settings.page_cache_mb << 20)
         # Opened in the background; a small database's copy is ready before the server
         # listens, a large one's while `/health` says it is not (503).
         await reader.copy_ready_within(COPY_WAIT_SECONDS)

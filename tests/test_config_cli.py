@@ -29,6 +29,7 @@ SETTINGS: dict[str, tuple[str, str, str, Any, str]] = {
     "port": ("LEASESTAR_PORT", "--port", "9001", 9001, "8000"),
     "workers": ("LEASESTAR_WORKERS", "--workers", "3", 3, "1"),
     "read_connections": ("LEASESTAR_READ_CONNECTIONS", "--read-connections", "3", 3, "4"),
+    "page_cache_mb": ("LEASESTAR_PAGE_CACHE_MB", "--page-cache-mb", "0", 0, "32"),
     "log_format": ("LEASESTAR_LOG_FORMAT", "--log-format", "text", "text", "json"),
     "rate_limit": (
         "LEASESTAR_RATE_LIMIT",
@@ -69,6 +70,7 @@ INVALID = {
     "LEASESTAR_PORT": "http",
     "LEASESTAR_WORKERS": "0",
     "LEASESTAR_READ_CONNECTIONS": "many",
+    "LEASESTAR_PAGE_CACHE_MB": "65537",
     "LEASESTAR_LOG_FORMAT": "yaml",
     "LEASESTAR_RATE_LIMIT": "fast",
     "LEASESTAR_TOKEN_CONCURRENCY": "0",
@@ -166,6 +168,7 @@ def test_defaults_without_any_variable() -> None:
         port=8000,
         workers=1,
         read_connections=4,
+        page_cache_mb=32,
         log_format="json",
         rate_limit=RateLimit(600, "minute"),
         compression=True,
@@ -235,6 +238,7 @@ def test_serve_hands_every_flag_to_the_server(
     served = Settings.from_env()  # what create_app_from_env builds in each worker
     assert served.db_path == database
     assert served.read_connections == 3
+    assert served.page_cache_mb == 0
     assert served.log_format == "text"
     assert served.rate_limit == RateLimit(5, "second")
     assert served.compression is False
@@ -338,6 +342,7 @@ INTEGER_BOUNDS = {
     ("LEASESTAR_PORT", "--port"): (0, 65535),
     ("LEASESTAR_WORKERS", "--workers"): (1, 64),
     ("LEASESTAR_READ_CONNECTIONS", "--read-connections"): (1, 32),
+    ("LEASESTAR_PAGE_CACHE_MB", "--page-cache-mb"): (0, 65536),
 }
 
 

@@ -5,24 +5,24 @@ counted, then decoded: this module executes and caches, and decides nothing. A p
 one statement whose answer is the page's stored bodies concatenated, with
 their lengths: Python handles one buffer per request and decompresses each body into
 the page (`bodies.py`). Every statement also
-reads the data version, which keys the caches: `meta.total` per (filters, scope) and the
-checkpoints of deep pages, each valid until a write moves the version. How a page is
-planned: docs/list-planning.md.
+reads the data version, which keys the caches: `meta.total` per (filters, scope), the
+checkpoints of deep pages and the pages asked for again (`caches.py`), each valid until
+a write moves the version. How a page is planned: docs/list-planning.md.
 """
 
 from __future__ import annotations
 
 import asyncio
 import sqlite3
-from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass, replace
-from typing import Any, Final, Generic, NamedTuple, TypeVar, cast
+from typing import Any, Final, NamedTuple, TypeVar, cast
 
 import msgspec
 
 from leasestar.applicants import plan, planner
 from leasestar.applicants.bodies import DICTIONARIES, BodyDecoder, UnknownDictionary
+from leasestar.applicants.caches import LRU, RecentPages
 from leasestar.applicants.columnar_copy import Closing
 from leasestar.applicants.cursors import KeyValue, last_record, last_record_start, sort_key_values
 from leasestar.applicants.fields import from_columns, project, project_record
@@ -44,8 +44,6 @@ _READS_THE_COPY: Final = (Needed.COPY, Needed.COPY_OR_SIZES)
 # A narrowed page's last key values (`_served_from_columns`).
 _key_values = msgspec.json.Decoder(list[KeyValue])
 T = TypeVar("T")
-K = TypeVar("K", bound=Hashable)
-V = TypeVar("V")
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,34 +73,6 @@ class _PageRows(NamedTuple):
     sequences: str  # the rows' change sequences, comma-separated (sync feed only)
     # Records narrowed to columns: each row's total-order key values, a JSON array a line
     keys: str = ""
-
-
-class LRU(Generic[K, V]):
-    """A bounded map that forgets the entry written longest ago first: at most `size`
-    entries, or entries weighing at most `size` in all when `weigh` says what each weighs."""
-
-    def __init__(self, size: int, weigh: Callable[[V], int] | None = None) -> None:
-        self._size = size
-        self._weigh = weigh
-        self._weight = 0
-        self._entries: OrderedDict[K, V] = OrderedDict()
-
-    def get(self, key: K) -> V | None:
-        return self._entries.get(key)
-
-    def put(self, key: K, value: V) -> None:
-        self.drop(key)
-        self._entries[key] = value
-        self._weight += self._weight_of(value)
-        while self._weight > self._size and len(self._entries) > 1:
-            self._weight -= self._weight_of(self._entries.popitem(last=False)[1])
-
-    def drop(self, key: K) -> None:
-        if key in self._entries:
-            self._weight -= self._weight_of(self._entries.pop(key))
-
-    def _weight_of(self, value: V) -> int:
-        return 1 if self._weigh is None else self._weigh(value)
 
 
 class SingleFlight:
@@ -141,9 +111,12 @@ class SingleFlight:
 class ApplicantReader:
     """Runs the statements of plans on the read pool; knows nothing of HTTP."""
 
-    def __init__(self, pool: ReadPool) -> None:
+    def __init__(self, pool: ReadPool, recent_pages_bytes: int = 0) -> None:
         self._pool = pool
         self._bodies = BodyDecoder()  # dictionaries loaded when a body first names one
+        self._recent: RecentPages[tuple[ApplicantQuery, Scope], ApplicantPage] = RecentPages(
+            recent_pages_bytes, weigh=_page_weight
+        )
         # Counts of the broad filters, from a columnar copy (match_counter.py); read
         # first in the background, SQLite counting until it is there.
         self._counter = MatchCounter(pool.path)
@@ -216,6 +189,17 @@ class ApplicantReader:
 
     async def fetch_page(self, query: ApplicantQuery, scope: Scope) -> ApplicantPage:
         """One page of matching records in the requested order, with the exact total."""
+        asked = (query, scope)
+        if not self._recent.asked_before(asked):
+            return await self._fetch_page(query, scope)
+        # Asked for before: kept if nothing was written since it was read.
+        page = self._recent.get(asked, await self.data_version())
+        if page is None:
+            page = await self._fetch_page(query, scope)
+            self._recent.put(asked, page.data_version, page)
+        return page
+
+    async def _fetch_page(self, query: ApplicantQuery, scope: Scope) -> ApplicantPage:
         read_plan = await self._choose(query, scope)
         how = read_plan.how
         if how.version is not None:
@@ -414,6 +398,11 @@ class ApplicantReader:
 
     def _remember_total(self, where: SqlFragment, version: int, total: int) -> None:
         self._counts.put((where.sql, where.params), (version, total))
+
+
+def _page_weight(page: ApplicantPage) -> int:
+    # The records' bytes and, roughly, the page object, its key and their slot.
+    return len(page.results_json) + 512
 
 
 def _served(read_plan: ReadPlan, rows: _PageRows, results_json: bytes, total: int) -> ApplicantPage:

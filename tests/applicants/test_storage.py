@@ -354,19 +354,6 @@ async def test_rowid_reads_asked_at_every_offset_keep_their_rowids_within_a_budg
     assert len(kept) < 40
 
 
-def test_a_weighed_lru_forgets_the_oldest_until_within_its_budget() -> None:
-    lru: storage.LRU[str, str] = storage.LRU(10, weigh=len)
-    for key, value in (("a", "xxxx"), ("b", "xxxx"), ("c", "xxx")):
-        lru.put(key, value)
-    assert (lru.get("a"), lru.get("b"), lru.get("c")) == (None, "xxxx", "xxx")
-    lru.put("b", "x")  # written again: its old weight is gone, and it is the newest
-    lru.put("d", "xxxxxx")
-    assert (lru.get("b"), lru.get("c"), lru.get("d")) == ("x", "xxx", "xxxxxx")
-    lru.put("e", "x" * 20)  # heavier than the budget alone: kept, alone
-    assert [lru.get(k) for k in "bcd"] == [None, None, None]
-    assert lru.get("e") == "x" * 20
-
-
 async def test_matches_are_collected_through_the_filter_that_keeps_fewest_rows(
     traced_client: tuple[Client, Traced],
     seeded_db: Path,
