@@ -24,6 +24,11 @@ Litestar's `CompressionMiddleware` offers one encoding plus a stdlib-gzip fallba
 reads `Accept-Encoding` by substring (so `gzip;q=0` counts as yes); this one negotiates
 by `q`, supports streamed bodies (the NDJSON lists), and is the only place a response is
 compressed.
+
+An answer with an ETag names its bytes (an unchanged ETag means unchanged bytes,
+`applicants/controller.py`): its compressed form is kept, per encoding, from the second
+time the same answer is compressed (`caches.RecentPages`), so the page a client polls
+is compressed once per write rather than per request.
 """
 
 from __future__ import annotations
@@ -35,8 +40,10 @@ import brotli  # type: ignore[import-untyped]
 import zstandard
 from isal import isal_zlib
 
+from leasestar.applicants.caches import RecentPages
 from leasestar.asgi import header_value
 
+_KeptKey = tuple[bytes, bytes, str]
 MINIMUM_SIZE: Final = 1024  # below this, compression saves less than the headers it adds
 _GZIP_WBITS: Final = 31  # zlib's way of asking for a gzip header and trailer
 
@@ -138,6 +145,19 @@ def _set_header(headers: list[tuple[bytes, bytes]], name: bytes, value: bytes | 
         headers.append((name, value))
 
 
+def _kept_key(headers: list[tuple[bytes, bytes]], encoding: str) -> _KeptKey | None:
+    """What names a compressed answer: its ETag, its media type and the encoding; None
+    for an answer without an ETag."""
+    etag = content_type = b""
+    for key, value in headers:
+        name = key.lower()
+        if name == b"etag":
+            etag = value
+        elif name == b"content-type":
+            content_type = value
+    return (etag, content_type, encoding) if etag else None
+
+
 def _add_vary(headers: list[tuple[bytes, bytes]]) -> None:
     for index, (key, value) in enumerate(headers):
         if key.lower() == b"vary":
@@ -152,8 +172,10 @@ class CompressionMiddleware:
     encoding `choose_encoding` picks; leaves every other answer untouched, but for the
     `Vary: Accept-Encoding` of one it would have compressed."""
 
-    def __init__(self, app: Any) -> None:
+    def __init__(self, app: Any, kept_bytes: int = 0) -> None:
         self.app = app
+        # (ETag, media type, encoding) -> the compressed body of that answer.
+        self._kept: RecentPages[_KeptKey, bytes] = RecentPages(kept_bytes, weigh=len)
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -166,7 +188,7 @@ class CompressionMiddleware:
         if encoding is None and scope["path"].startswith("/v1/"):
             await self.app(scope, receive, send)
             return
-        await self.app(scope, receive, _CompressingSend(send, encoding))
+        await self.app(scope, receive, _CompressingSend(send, encoding, self._kept))
 
 
 class _CompressingSend:
@@ -177,9 +199,10 @@ class _CompressingSend:
     decode every line it has received (a resumable stream needs that).
     """
 
-    def __init__(self, send: Any, encoding: str | None) -> None:
+    def __init__(self, send: Any, encoding: str | None, kept: RecentPages[_KeptKey, bytes]) -> None:
         self._send = send
         self._encoding = encoding
+        self._kept = kept
         self._start: dict[str, Any] | None = None
         self._compressor: Compressor | None = None
 
@@ -219,13 +242,21 @@ class _CompressingSend:
             await self._send({**start, "headers": headers})
             await self._send(message)
             return
-        compressor = ENCODINGS[self._encoding]()
-        body = compressor.compress(body)
-        body += compressor.sync() if more else compressor.finish()
+        key = None if more or start["status"] != 200 else _kept_key(headers, self._encoding)
+        again = key is not None and self._kept.asked_before(key)
+        compressed = self._kept.get(key, 0) if key is not None and again else None
+        if compressed is not None:
+            body = compressed
+        else:
+            compressor = ENCODINGS[self._encoding]()
+            body = compressor.compress(body)
+            body += compressor.sync() if more else compressor.finish()
+            if more:
+                self._compressor = compressor
+            elif key is not None and again:
+                self._kept.put(key, 0, body)
         _set_header(headers, b"content-length", None if more else b"%d" % len(body))
         _set_header(headers, b"content-encoding", self._encoding.encode())
         _add_vary(headers)
-        if more:
-            self._compressor = compressor
         await self._send({**start, "headers": headers})
         await self._send({"type": "http.response.body", "body": body, "more_body": more})

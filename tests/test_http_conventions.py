@@ -97,6 +97,42 @@ async def test_the_encoding_is_negotiated_by_q_then_by_server_cost(
     assert len(body) < len(plain) * 0.3
 
 
+@pytest.mark.parametrize("encoding", ["gzip", "br", "zstd"])
+async def test_an_answer_compressed_again_is_the_answer_as_it_is_now(
+    client: Client, seeded_db: Path, encoding: str
+) -> None:
+    """A compressed answer is kept from its second request (per ETag, media type and
+    encoding): kept or not, it decodes to the identity answer of that moment, also
+    right after a write, and an NDJSON answer of the same URL is never a JSON one."""
+    url = f"{LIST}?limit=7"
+    for _ in range(3):
+        _, plain = await _raw(client, url, "identity")
+        headers, body = await _raw(client, url, encoding)
+        assert headers["content-encoding"] == encoding
+        assert int(headers["content-length"]) == len(body)
+        assert _decoded(encoding, body) == plain
+    connection = open_for_write(seeded_db)
+    try:
+        write_records(connection, synthetic_applicants(1, seed=99))
+    finally:
+        connection.close()
+    for _ in range(3):
+        _, now = await _raw(client, url, "identity")
+        headers, body = await _raw(client, url, encoding)
+        assert headers["content-encoding"] == encoding
+        assert _decoded(encoding, body) == now != plain
+    ndjson = {"Accept-Encoding": encoding, "Accept": "application/x-ndjson"}
+    for _ in range(3):
+        _, page = await _raw(client, LIST, encoding)
+        assert _decoded(encoding, page).startswith(b'{"meta"')
+        async with client.stream("GET", LIST, headers=ndjson) as response:
+            raw = b"".join([chunk async for chunk in response.aiter_raw()])
+        assert response.headers["content-encoding"] == encoding
+        lines = _decoded(encoding, raw).splitlines()
+        assert len(lines) > 100
+        assert all(line.startswith(b'{"id"') for line in lines)
+
+
 async def test_no_encoding_we_make_means_identity(client: Client) -> None:
     for accepted in ("deflate", "compress", "gzip;q=0", "*;q=0", "identity;q=1, br;q=0"):
         headers, body = await _raw(client, LIST, accepted)
