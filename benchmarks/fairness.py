@@ -1,8 +1,5 @@
-"""The rate limit's cases (sections rate-limit and fairness of RESULTS.md, their method in
-sections.toml): what the shared limit costs a request (issue 11), servers alike but for
-their limit in interleaved slices; and that no token starves the rest (issue 17.5), a
-light token's latency alone and while a heavy one sends its allowance of the costliest
-request, one server per `--token-concurrency`."""
+"""The rate limit's cases: what the shared limit costs a request (issue 11) and that no
+token starves the rest (issue 17.5). Method: sections.toml (rate-limit, fairness)."""
 
 from __future__ import annotations
 

@@ -326,12 +326,30 @@ class KeepAlive:
         self._connection.close()
 
 
+@contextlib.contextmanager
+def running(
+    command: list[str], stop: signal.Signals = signal.SIGTERM, **popen: Any
+) -> Iterator[subprocess.Popen[Any]]:
+    """`command` running while the block runs, then sent `stop` (killed after 60 s more)."""
+    process = subprocess.Popen(command, **popen)
+    try:
+        yield process
+    finally:
+        if process.poll() is None:
+            process.send_signal(stop)
+        try:
+            process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
 @dataclass
 class Server:
     name: str
     base: str
     pid: int
-    returncode: int | None = None
+    process: subprocess.Popen[Any]  # its returncode, once stopped
 
 
 @contextlib.contextmanager
@@ -354,33 +372,25 @@ def server(
     inherited = {k: v for k, v in os.environ.items() if not k.startswith("LEASESTAR_")}
     work.mkdir(parents=True, exist_ok=True)
     log_path = work / f"server-{name}.log"
-    with log_path.open("wb") as log:
-        process = subprocess.Popen(
-            full, cwd=ROOT, env={**inherited, **(env or {})}, stdout=log, stderr=log
-        )
-        running = Server(name, f"http://127.0.0.1:{port}", process.pid)
+    environment = {**inherited, **(env or {})}
+    with (
+        log_path.open("wb") as log,
+        running(full, stop, cwd=ROOT, env=environment, stdout=log, stderr=log) as process,
+    ):
+        served = Server(name, f"http://127.0.0.1:{port}", process.pid, process)
 
         def answers() -> bool:
             if process.poll() is not None:
                 raise RuntimeError(f"{name} exited ({process.returncode}); see {log_path}")
             with contextlib.suppress(OSError):
-                return http_get(running.base + health, timeout=2)[0] == 200
+                return http_get(served.base + health, timeout=2)[0] == 200
             return False
 
-        try:
-            wait_until(answers, wait, f"{name} did not answer in {wait:.0f} s; see {log_path}")
-            # The server's, or the one worker it forked and waits for.
-            forked = children(process.pid)
-            running.pid = forked[0] if len(forked) == 1 else process.pid
-            yield running
-        finally:
-            if process.poll() is None:
-                process.send_signal(stop)
-            try:
-                running.returncode = process.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                running.returncode = process.wait()
+        wait_until(answers, wait, f"{name} did not answer in {wait:.0f} s; see {log_path}")
+        # The server's, or the one worker it forked and waits for.
+        forked = children(process.pid)
+        served.pid = forked[0] if len(forked) == 1 else process.pid
+        yield served
 
 
 def leasestar_server(

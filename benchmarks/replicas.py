@@ -57,8 +57,8 @@ def _seed(db: Path, count: int, seed: int) -> subprocess.Popen[bytes]:
 @contextlib.contextmanager
 def _replicating(db: Path, store: Path) -> Iterator[None]:
     command = [str(LEASESTAR), "replicate", "--db", str(db), "--to", store.as_uri()]
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
+    quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
+    with harness.running(command, **quiet) as process:
         # A finished file: litestream writes each under a temporary name first.
         failure = "leasestar replicate did not ship the database"
         harness.wait_until(
@@ -67,9 +67,6 @@ def _replicating(db: Path, store: Path) -> Iterator[None]:
         if process.poll() is not None:
             raise RuntimeError(failure)
         yield
-    finally:
-        process.terminate()
-        process.wait(timeout=60)
 
 
 @dataclass

@@ -212,8 +212,7 @@ def main(argv: list[str] | None = None) -> int:
         databases.ensure_database(rows, outputs.work)
     report: dict[str, Any] = {
         **asdict(settings), "seconds": settings.seconds, "when": provenance.now(),
-        "commit": provenance.git_commit(), "command": command or provenance.command(),
-        "machine": provenance.describe_machine(),
+        "command": command or provenance.command(),
         "versions": ", ".join(f"{k} {v}" for k, v in provenance.versions().items()),
         "load_before": provenance.loadavg(), "nice": os.getpriority(os.PRIO_PROCESS, 0),
     }  # fmt: skip

@@ -157,7 +157,7 @@ def main() -> int:
             "every_second": samples,
         },
         "imports": runs,
-        "server_exit": server.returncode,
+        "server_exit": server.process.returncode,
     }  # fmt: skip
     (work / "soak-results.json").write_text(json.dumps(figures, indent=2) + "\n")
     section, met = report(figures, command)

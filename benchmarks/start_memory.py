@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import resource
@@ -54,9 +55,8 @@ def serve(db: Path, workers: int, cold: bool) -> dict[str, Any]:
     command = [sys.executable, "-m", "leasestar", "--db", str(db), "serve", "--port"]
     command += [base.rsplit(":", 1)[1], "--workers", str(workers)]
     command += ["--log-format", "off", "--rate-limit", "off"]
-    started = time.monotonic()
-    process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL)
     health: list[tuple[float, int, str]] = []  # (seconds, status, body) when it changed
+    result: dict[str, Any] = {"db": str(db), "workers": workers, "cold": cold}
 
     def ready() -> bool:
         if process.poll() is not None:
@@ -69,9 +69,9 @@ def serve(db: Path, workers: int, cold: bool) -> dict[str, Any]:
             health.append((round(time.monotonic() - started, 3), status, body.decode()[:200]))
         return status == 200
 
-    result: dict[str, Any] = {"db": str(db), "workers": workers, "cold": cold}
-    client = harness.KeepAlive(base)
-    try:
+    started = time.monotonic()
+    spawned = harness.running(command, env=env, stdout=subprocess.DEVNULL)
+    with spawned as process, contextlib.closing(harness.KeepAlive(base)) as client:
         harness.wait_until(ready, START_TIMEOUT, "the server was not ready", POLL_SECONDS)
         result["health"], result["lists"] = health, []
         for url in LISTS:
@@ -84,10 +84,6 @@ def serve(db: Path, workers: int, cold: bool) -> dict[str, Any]:
         time.sleep(1.0)  # settled
         memory = {pid: memory_of(pid) for pid in harness.children(process.pid)}
         result["memory_mb"] = {**memory, "serve": memory_of(process.pid)}
-    finally:
-        client.close()
-        process.terminate()
-        process.wait(timeout=60)
     return result
 
 
