@@ -170,10 +170,14 @@ def test_openapi_document_holds_for_generated_requests(
     statuses: Counter[int] = Counter()
     auth = {"Authorization": f"Bearer {fuzz_token}"}
 
+    # Derandomized: a run drawn by chance could send no request the routes answer 200
+    # (an id drawn at random, or filters that exclude the record picked: a CI run once
+    # drew 52 404s and 8 400s for get by id), and the check below would fail for that.
     @settings(
         max_examples=EXAMPLES,
         deadline=None,
         suppress_health_check=list(HealthCheck),
+        derandomize=True,
     )
     @given(case=operation.as_strategy(mode), pick=st.none() | st.sampled_from(known_ids))
     def check(case: Any, pick: str | None) -> None:
