@@ -43,7 +43,7 @@ from isal import isal_zlib
 from leasestar.applicants.caches import RecentPages
 from leasestar.asgi import header_value
 
-_KeptKey = tuple[bytes, bytes, str]
+_KeptKey = tuple[str, str | None, str]
 MINIMUM_SIZE: Final = 1024  # below this, compression saves less than the headers it adds
 _GZIP_WBITS: Final = 31  # zlib's way of asking for a gzip header and trailer
 
@@ -148,14 +148,8 @@ def _set_header(headers: list[tuple[bytes, bytes]], name: bytes, value: bytes | 
 def _kept_key(headers: list[tuple[bytes, bytes]], encoding: str) -> _KeptKey | None:
     """What names a compressed answer: its ETag, its media type and the encoding; None
     for an answer without an ETag."""
-    etag = content_type = b""
-    for key, value in headers:
-        name = key.lower()
-        if name == b"etag":
-            etag = value
-        elif name == b"content-type":
-            content_type = value
-    return (etag, content_type, encoding) if etag else None
+    etag = header_value(headers, b"etag")
+    return None if etag is None else (etag, header_value(headers, b"content-type"), encoding)
 
 
 def _add_vary(headers: list[tuple[bytes, bytes]]) -> None:
@@ -242,9 +236,11 @@ class _CompressingSend:
             await self._send({**start, "headers": headers})
             await self._send(message)
             return
+        # The key of an answer compressed before, which may be kept; its ETag holds the
+        # data version, so every entry is kept at one version, 0.
         key = None if more or start["status"] != 200 else _kept_key(headers, self._encoding)
-        again = key is not None and self._kept.asked_before(key)
-        compressed = self._kept.get(key, 0) if key is not None and again else None
+        kept = key if key is not None and self._kept.asked_before(key) else None
+        compressed = None if kept is None else self._kept.get(kept, 0)
         if compressed is not None:
             body = compressed
         else:
@@ -253,8 +249,8 @@ class _CompressingSend:
             body += compressor.sync() if more else compressor.finish()
             if more:
                 self._compressor = compressor
-            elif key is not None and again:
-                self._kept.put(key, 0, body)
+            elif kept is not None:
+                self._kept.put(kept, 0, body)
         _set_header(headers, b"content-length", None if more else b"%d" % len(body))
         _set_header(headers, b"content-encoding", self._encoding.encode())
         _add_vary(headers)

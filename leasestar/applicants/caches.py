@@ -65,13 +65,12 @@ class RecentPages(Generic[K, V]):
         self._pages: LRU[K, tuple[int, V]] = LRU(size, weigh=lambda entry: weigh(entry[1]))
         self._size = size
         self._weigh = weigh
-        self._enabled = size > 0
         self._seen: set[K] = set()
         self._seen_before: set[K] = set()
 
     def asked_before(self, query: K) -> bool:
         """Whether `query` was asked for among the last distinct ones (and now it is)."""
-        if not self._enabled:
+        if self._size <= 0:
             return False
         if query in self._seen or query in self._seen_before:
             return True
