@@ -106,6 +106,30 @@ def queries(draw: st.DrawFn, values: Values) -> tuple[ApplicantQuery, frozenset[
     return ApplicantQuery(filters=tuple(filters), changed_since=changed_since), scope
 
 
+@st.composite
+def ranged_queries(draw: st.DrawFn, values: Values) -> tuple[ApplicantQuery, frozenset[str] | None]:
+    """A range of one instant (a date's bounds, or the sync position), alone or within
+    one group (an equality filter, or a scope): the shapes answered without a mask."""
+    filters: list[tuple[str, str | int]] = []
+    changed_since = None
+    if draw(st.booleans(), label="sync position"):
+        changed_since = draw(st.sampled_from(values["change_seq"]))
+    else:
+        date = draw(st.sampled_from(("updated_at", "last_seen")))
+        for side in draw(st.sampled_from((("gte",), ("lte",), ("gte", "lte")))):
+            nudge = draw(st.sampled_from((-1, 0, 1)))
+            filters.append((f"{date}_{side}", draw(st.sampled_from(values[date])) + nudge))
+    scope = None
+    group = draw(st.sampled_from((None, "scope", *(n for n in RULES if RULES[n][1] == "="))))
+    if group == "scope":
+        integrations = values["integration_id"] + ["int_nobody"]
+        scope = draw(st.frozensets(st.sampled_from(integrations), min_size=1, max_size=3))
+    elif group is not None:
+        filters.append((group, draw(st.sampled_from(values[RULES[group][0]]))))
+    filters.sort(key=lambda pair: FILTER_ORDER.index(pair[0]))
+    return ApplicantQuery(filters=tuple(filters), changed_since=changed_since), scope
+
+
 @pytest.fixture(scope="module")
 def seeded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, sqlite3.Connection]]:
     path = tmp_path_factory.mktemp("counter") / "seeded.db"
@@ -171,6 +195,8 @@ def range_clause(column: str, low: Any, high: Any) -> str:
     direction=st.sampled_from(("asc", "desc")),
     wanted=st.integers(1, 60),
     steps=st.sampled_from(((1, 1), (4, 2), (1024, 8))),
+    listed_most=st.sampled_from((0, 1 << 16)),
+    gathered_part=st.sampled_from((0, 8)),
 )
 def test_the_ranges_of_a_seek_hold_the_first_matches(
     seeded: tuple[Path, sqlite3.Connection],
@@ -181,14 +207,18 @@ def test_the_ranges_of_a_seek_hold_the_first_matches(
     direction: str,
     wanted: int,
     steps: tuple[int, int],
+    listed_most: int,
+    gathered_part: int,
 ) -> None:
     """The first `wanted` matches in the order (the id breaking ties) are the same read
     within the seek's ranges as read without them; the lead range's rows are count(*).
     Whether the seek steps through the rows in order or gathers every match's key (it
     gathers when its first chunks of rows hold too few matches: chunks made small here,
-    so both ways are taken on the seed's few hundred rows), the answer is the same."""
+    so both ways are taken on the seed's few hundred rows), and whether a range's
+    matches are listed and told from its sorted rows or from a mask, the answer is the
+    same."""
     connection = seeded[1]
-    query, scope = data.draw(queries(seeded_values))
+    query, scope = data.draw(queries(seeded_values) | ranged_queries(seeded_values))
     second = data.draw(
         st.sampled_from((*INSTANTS, *RULES_CODED, *ORDERED_CODED, "email_1")), label="then"
     )
@@ -200,6 +230,8 @@ def test_the_ranges_of_a_seek_hold_the_first_matches(
     with (
         mock.patch.object(match_counter, "_STEP_FIRST", first_chunk),
         mock.patch.object(match_counter, "_STEP_SPREAD", spread),
+        mock.patch.object(match_counter, "_LISTED_MOST", listed_most),
+        mock.patch.object(match_counter, "_GATHERED_PART", gathered_part),
     ):
         found = seeded_counter.seek(query, scope, order, wanted, 8192)
     assert found.matches == expected_count(connection, query, scope)
@@ -380,3 +412,74 @@ def test_a_range_of_one_instant_is_counted_without_a_pass_over_the_rows(
         counted = [seeded_counter.count(query, scope) for query, scope in shapes]
     assert counted == [expected_count(connection, query, scope) for query, scope in shapes]
     assert all(counted)
+
+
+@settings(max_examples=200, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_what_each_column_keeps_alone_is_count_star(
+    seeded: tuple[Path, sqlite3.Connection],
+    seeded_values: Values,
+    seeded_counter: MatchCounter,
+    data: st.DataObject,
+) -> None:
+    """`kept_by_each`: per column the query tests, count(*) of its conditions alone."""
+    connection = seeded[1]
+    query, scope = data.draw(queries(seeded_values) | ranged_queries(seeded_values))
+    expected: dict[str, int] = {}
+    columns = {RULES[name][0] for name, _ in query.filters}
+    if query.changed_since is not None:
+        columns.add("change_seq")
+    if scope is not None:
+        columns.add("integration_id")
+    for column in columns:
+        alone = ApplicantQuery(
+            filters=tuple(f for f in query.filters if RULES[f[0]][0] == column),
+            changed_since=query.changed_since if column == "change_seq" else None,
+        )
+        expected[column] = expected_count(
+            connection, alone, scope if column == "integration_id" else None
+        )
+    assert seeded_counter.kept_by_each(query, scope) == expected
+
+
+@settings(max_examples=100, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    data=st.data(),
+    lead=st.sampled_from((*INSTANTS, *RULES_CODED, *ORDERED_CODED)),
+    direction=st.sampled_from(("asc", "desc")),
+)
+def test_a_ranged_seek_makes_no_pass_over_the_rows(
+    seeded: tuple[Path, sqlite3.Connection],
+    seeded_values: Values,
+    seeded_counter: MatchCounter,
+    data: st.DataObject,
+    lead: str,
+    direction: str,
+) -> None:
+    """A range of one instant, alone or within one group, sought in an order of one key:
+    no mask over the copy need be made (both ways of making one fail here, where every
+    row asked about is told one by one), and the seek
+    finds the matches' number and the first match's key as SQLite does."""
+    connection = seeded[1]
+    query, scope = data.draw(ranged_queries(seeded_values))
+    passes = AssertionError("a pass over the rows")
+    with (
+        mock.patch.object(MatchCounter, "_matches", side_effect=passes),
+        mock.patch.object(match_counter._RangeMatches, "mask", side_effect=passes),
+        mock.patch.object(match_counter, "_GATHERED_PART", 0),
+    ):
+        found = seeded_counter.seek(query, scope, (SortKey(lead, direction),), 20, 8192)
+        kept = seeded_counter.kept_by_each(query, scope)
+    assert found.matches == expected_count(connection, query, scope)
+    assert set(kept) <= {*INSTANTS, *RULES_CODED}
+    if not found.matches:
+        return
+    where, params = where_clause(query, scope)
+    nulls = "NULLS FIRST" if direction == "asc" else "NULLS LAST"
+    (first,) = connection.execute(
+        f"SELECT {lead} FROM applicants {where} ORDER BY {lead} {direction} {nulls}, id LIMIT 1",
+        params,
+    ).fetchone()
+    column, low, high = found.ranges[0]
+    assert column == lead
+    assert first == (low if direction == "asc" else high)
