@@ -45,10 +45,11 @@ _CANDIDATES_LOOKED_AT: Final = 1 << 18
 # The matches of a range listed from its sorted rows, at most: sorting more rowids
 # costs more than a pass over the copy.
 _LISTED_MOST: Final = 1 << 16
-# Rows a range is asked about are told one by one while they are at most 1/8 of the
-# copy's rows: for more, a pass over the copy costs less (a gathered row costs several
-# times a passed one; 0 here: always one by one).
-_GATHERED_PART: Final = 8
+# The rows a seek asks a range about are told one by one until they add up to 1/64 of
+# the copy's rows, then from a mask: a row gathered at random costs ~150 ns, where a
+# mask costs ~1.5 ns a row of the copy to make and ~20 ns a row asked (1,000,000 rows,
+# in process). 0: always one by one.
+_GATHERED_PART: Final = 64
 # A range's open side.
 _LOWEST: Final = -(2**63)
 _HIGHEST: Final = 2**63 - 1
@@ -224,8 +225,14 @@ class MatchCounter(ColumnarCopy):
             # The next key orders the matches among the lead key's ties: the rows of
             # that one value, which its order holds side by side.
             rowids, keys = self._in_order(key.field, order_of)
-            tied = rowids[_span(keys, low, low)]
-            within = _ListedMatches(np.sort(tied[within.at(tied)]), len(self._present))
+            ties = _span(keys, low, low)
+            if within.listed_cheaply and count < ties.stop - ties.start:
+                listed = within.rowids()
+                listed = listed[order_of.keys(self._columns[key.field].take(listed)) == low]
+            else:
+                tied = rowids[ties]
+                listed = np.sort(tied[within.at(tied)])
+            within = _ListedMatches(listed, len(self._present))
             count = within.count
         return Seek(found, tuple(ranges), stepped, candidates)
 
@@ -410,6 +417,11 @@ class _Matches:
         self._mask = mask
         self.count = int(np.count_nonzero(mask))
 
+    @property
+    def listed_cheaply(self) -> bool:
+        """Whether `rowids` costs about a step per match, not a pass over the copy."""
+        return False
+
     def mask(self) -> Array:
         return self._mask
 
@@ -427,6 +439,10 @@ class _ListedMatches(_Matches):
         self._listed, self._rows = rowids, rows
         self._made: Array | None = None
         self.count = len(rowids)
+
+    @property
+    def listed_cheaply(self) -> bool:
+        return True
 
     def mask(self) -> Array:
         if self._made is None:
@@ -459,6 +475,7 @@ class _RangeMatches(_Matches):
         self._codes = [] if group is None else _codes_of(counter._codes[group], values)
         self._made: Array | None = None
         self._listed: Array | None = None
+        self._asked = 0  # rows told one by one so far
         self.count = counter._count_range(instant, low, high, group, values)
 
     def mask(self) -> Array:
@@ -476,8 +493,8 @@ class _RangeMatches(_Matches):
         return self._made
 
     def at(self, rowids: Array) -> Array:
-        # (A tie group of a few vendors, or of the NULLs, can be half the rows.)
-        if self._made is not None or len(rowids) * _GATHERED_PART > len(self._counter._present):
+        self._asked += len(rowids)
+        if self._made is not None or self._asked * _GATHERED_PART > len(self._counter._present):
             return self.mask().take(rowids)
         columns = self._counter._columns
         kept: Array = self._counter._present.take(rowids)
@@ -489,6 +506,10 @@ class _RangeMatches(_Matches):
         if self._group is not None:
             kept &= _holds_any(columns[self._group].take(rowids), self._codes)
         return kept
+
+    @property
+    def listed_cheaply(self) -> bool:
+        return self._listed is not None or (self._made is None and self.count <= _LISTED_MOST)
 
     def rowids(self) -> Array:
         if self._listed is None:
