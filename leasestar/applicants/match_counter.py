@@ -50,6 +50,8 @@ _LISTED_MOST: Final = 1 << 16
 # mask costs ~1.5 ns a row of the copy to make and ~20 ns a row asked (1,000,000 rows,
 # in process). 0: always one by one.
 _GATHERED_PART: Final = 64
+# The instant whose grouping counts and lists a group alone (any instant would do).
+_GROUPED_BY: Final = "created_at"
 # A range's open side.
 _LOWEST: Final = -(2**63)
 _HIGHEST: Final = 2**63 - 1
@@ -163,7 +165,9 @@ class MatchCounter(ColumnarCopy):
         shape = _ranged_shape(query, scope)
         if shape is not None:
             instant, low, high, group, values = shape
-            counts = {instant: self._count_range(instant, low, high, None, values)}
+            counts: dict[str, int] = {}
+            if any(isinstance(test, Within) for test in copy_tests(query, scope)):
+                counts[instant] = self._count_range(instant, low, high, None, values)
             if group is not None:
                 counts[group] = self._count_range(instant, _LOWEST, _HIGHEST, group, values)
             return counts
@@ -549,7 +553,8 @@ def _ranged_shape(
 ) -> tuple[str, int, int, str | None, frozenset[str]] | None:
     """(instant, low, high, group column or None, its values) when the query is a range
     of one instant (its bounds, or the sync position on `change_seq`), alone or within
-    one group: one equality filter, or the scope; None for any other combination."""
+    one group (one equality filter, or the scope), or that group alone; None for any
+    other combination."""
     instant: str | None = None
     low, high = _LOWEST, _HIGHEST
     group: str | None = None
@@ -567,7 +572,9 @@ def _ranged_shape(
         else:
             return None
     if instant is None:
-        return None
+        if group is None:
+            return None
+        instant = _GROUPED_BY  # a group alone: its rows, whatever their instant
     return instant, low, high, group, values
 
 
