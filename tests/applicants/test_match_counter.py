@@ -199,7 +199,7 @@ def range_clause(column: str, low: Any, high: Any) -> str:
     wanted=st.integers(1, 60),
     steps=st.sampled_from(((1, 1), (4, 2), (1024, 8))),
     listed_most=st.sampled_from((0, 1 << 16)),
-    gathered_part=st.sampled_from((0, 64)),
+    gathered_part=st.sampled_from((0, 256)),
 )
 def test_the_ranges_of_a_seek_hold_the_first_matches(
     seeded: tuple[Path, sqlite3.Connection],
