@@ -49,8 +49,6 @@ _LISTED_MOST: Final = 1 << 16
 # the copy's rows, then from a mask made once, a pass over the copy (1/64 left the
 # matrix's seeks that step far at 0.87-0.94x of before). 0: always one by one.
 _GATHERED_PART: Final = 256
-# The instant whose grouping counts and lists a group alone (any instant would do).
-_GROUPED_BY: Final = "created_at"
 # A range's open side.
 _LOWEST: Final = -(2**63)
 _HIGHEST: Final = 2**63 - 1
@@ -111,8 +109,7 @@ class MatchCounter(ColumnarCopy):
         its sync position and the scope (`covers(query)` must hold).
 
         The common shapes, a range of one instant (date bounds, or the sync position)
-        alone or within one group (an equality filter, or the token's integrations), or
-        that group alone, are
+        alone or within one group (an equality filter, or the token's integrations), are
         counted by binary searches in that instant's rows sorted once per data version
         (by group, then instant): O(log n). Any other combination by one comparison per
         filter over the copy: O(n), ~1 ns a row.
@@ -165,9 +162,7 @@ class MatchCounter(ColumnarCopy):
         shape = _ranged_shape(query, scope)
         if shape is not None:
             instant, low, high, group, values = shape
-            counts: dict[str, int] = {}
-            if any(isinstance(test, Within) for test in copy_tests(query, scope)):
-                counts[instant] = self._count_range(instant, low, high, None, values)
+            counts = {instant: self._count_range(instant, low, high, None, values)}
             if group is not None:
                 counts[group] = self._count_range(instant, _LOWEST, _HIGHEST, group, values)
             return counts
@@ -553,8 +548,7 @@ def _ranged_shape(
 ) -> tuple[str, int, int, str | None, frozenset[str]] | None:
     """(instant, low, high, group column or None, its values) when the query is a range
     of one instant (its bounds, or the sync position on `change_seq`), alone or within
-    one group (one equality filter, or the scope), or that group alone; None for any
-    other combination."""
+    one group: one equality filter, or the scope; None for any other combination."""
     instant: str | None = None
     low, high = _LOWEST, _HIGHEST
     group: str | None = None
@@ -572,9 +566,7 @@ def _ranged_shape(
         else:
             return None
     if instant is None:
-        if group is None:
-            return None
-        instant = _GROUPED_BY  # a group alone: its rows, whatever their instant
+        return None
     return instant, low, high, group, values
 
 
