@@ -49,6 +49,13 @@ _LISTED_MOST: Final = 1 << 16
 # the copy's rows, then from a mask made once, a pass over the copy (1/64 left the
 # matrix's seeks that step far at 0.87-0.94x of before). 0: always one by one.
 _GATHERED_PART: Final = 256
+# A range's mask is set from its matches' rowids (`_RangeMatches.gathered`) while they
+# are fewer than this part of the rows, a pass over the copy beyond (at 1,000,000 rows,
+# 10 %: 0.5 ms against 1.5; 50 %: 2.5 against 1.7).
+_SCATTERED_PART: Final = 3
+# Beyond this part of the rows, a range's matches are listed from its mask once made
+# (`_RangeMatches.gathered`).
+_GATHERED_BY_MASK: Final = 8
 # A range's open side.
 _LOWEST: Final = -(2**63)
 _HIGHEST: Final = 2**63 - 1
@@ -302,7 +309,7 @@ class MatchCounter(ColumnarCopy):
         """(low, high, stepped) of the first `wanted` matches in `key`'s order, from
         every match's key: for few matches, or matches the order meets late."""
         # Gathered by position: a boolean mask branches on every row (~8x slower).
-        keys = order_of.keys(self._columns[key.field].take(within.rowids()))
+        keys = order_of.keys(self._columns[key.field].take(within.gathered()))
         take = min(wanted, len(keys))
         if key.direction == "asc":
             low, high = keys.min(), np.partition(keys, take - 1)[take - 1]
@@ -430,6 +437,11 @@ class _Matches:
     def rowids(self) -> Array:
         return np.flatnonzero(self.mask())
 
+    def gathered(self) -> Array:
+        """The matches' rowids in any order: what a question of all of them, whose
+        answer does not depend on their order, reads at least cost."""
+        return self.rowids()
+
 
 class _ListedMatches(_Matches):
     """Matches known by their rowids (sorted), few: a mask only if asked about many."""
@@ -478,6 +490,10 @@ class _RangeMatches(_Matches):
         self.count = counter._count_range(instant, low, high, group, values)
 
     def mask(self) -> Array:
+        if self._made is None and self.count * _SCATTERED_PART < len(self._counter._present):
+            made = np.zeros(len(self._counter._present), np.bool_)
+            made[self.gathered()] = True
+            self._made = made
         if self._made is None:
             columns = self._counter._columns
             made = self._counter._present.copy()
@@ -512,16 +528,26 @@ class _RangeMatches(_Matches):
 
     def rowids(self) -> Array:
         if self._listed is None:
-            self._listed = self._rowids()
+            if self._made is not None or self.count > _LISTED_MOST:
+                self._listed = np.flatnonzero(self.mask())
+            else:
+                self._listed = np.sort(self.gathered())
         return self._listed
 
-    def _rowids(self) -> Array:
-        if self._made is not None or self.count > _LISTED_MOST:
-            return np.flatnonzero(self.mask())
+    def gathered(self) -> Array:
+        """Slices of the instant's sorted rows (`_in_order`, or `_by_group`'s for a
+        group): no pass over the copy, no sort. Read from a mask already made when the
+        matches are many: rows taken in rowid order read the copy's memory in turn, and
+        beyond 1/8 of the rows that costs less than rows taken in the instant's order
+        (at 1,000,000 rows, 30 %: 1.9 ms against 3.2)."""
         counter = self._counter
+        if self._listed is not None:
+            return self._listed
+        if self._made is not None and self.count * _GATHERED_BY_MASK > len(counter._present):
+            return np.flatnonzero(self._made)
         if self._group is None:
             rowids, keys = counter._in_order(self._instant, INSTANT_ORDER)
-            return np.sort(rowids[_span(keys, self._low, self._high)])
+            return rowids[_span(keys, self._low, self._high)]
         starts, keys, rowids = counter._by_group(self._group, self._instant)
         parts = []
         for code in self._codes:
@@ -529,7 +555,7 @@ class _RangeMatches(_Matches):
                 start = int(starts[code])
                 within = _span(keys[start : starts[code + 1]], self._low, self._high)
                 parts.append(rowids[start + within.start : start + within.stop])
-        return np.sort(np.concatenate(parts)) if parts else np.empty(0, np.int64)
+        return np.concatenate(parts) if parts else np.empty(0, np.int64)
 
 
 def copy_tests(query: ApplicantQuery, scope: Scope) -> tuple[CopyTest, ...]:

@@ -197,6 +197,8 @@ def range_clause(column: str, low: Any, high: Any) -> str:
     steps=st.sampled_from(((1, 1), (4, 2), (1024, 8))),
     listed_most=st.sampled_from((0, 1 << 16)),
     gathered_part=st.sampled_from((0, 256)),
+    scattered_part=st.sampled_from((0, 1 << 30)),
+    gathered_by_mask=st.sampled_from((0, 1 << 30)),
 )
 def test_the_ranges_of_a_seek_hold_the_first_matches(
     seeded: tuple[Path, sqlite3.Connection],
@@ -209,14 +211,16 @@ def test_the_ranges_of_a_seek_hold_the_first_matches(
     steps: tuple[int, int],
     listed_most: int,
     gathered_part: int,
+    scattered_part: int,
+    gathered_by_mask: int,
 ) -> None:
     """The first `wanted` matches in the order (the id breaking ties) are the same read
     within the seek's ranges as read without them; the lead range's rows are count(*).
     Whether the seek steps through the rows in order or gathers every match's key (it
     gathers when its first chunks of rows hold too few matches: chunks made small here,
     so both ways are taken on the seed's few hundred rows), and whether a range's
-    matches are listed and told from its sorted rows or from a mask, the answer is the
-    same."""
+    matches are listed and told from its sorted rows or from a mask (set from those rows
+    or made by a pass), the answer is the same."""
     connection = seeded[1]
     query, scope = data.draw(queries(seeded_values) | ranged_queries(seeded_values))
     second = data.draw(
@@ -232,6 +236,8 @@ def test_the_ranges_of_a_seek_hold_the_first_matches(
         mock.patch.object(match_counter, "_STEP_SPREAD", spread),
         mock.patch.object(match_counter, "_LISTED_MOST", listed_most),
         mock.patch.object(match_counter, "_GATHERED_PART", gathered_part),
+        mock.patch.object(match_counter, "_SCATTERED_PART", scattered_part),
+        mock.patch.object(match_counter, "_GATHERED_BY_MASK", gathered_by_mask),
     ):
         found = seeded_counter.seek(query, scope, order, wanted, 8192)
     assert found.matches == expected_count(connection, query, scope)
