@@ -109,18 +109,21 @@ def queries(draw: st.DrawFn, values: Values) -> tuple[ApplicantQuery, frozenset[
 @st.composite
 def ranged_queries(draw: st.DrawFn, values: Values) -> tuple[ApplicantQuery, frozenset[str] | None]:
     """A range of one instant (a date's bounds, or the sync position), alone or within
-    one group (an equality filter, or a scope): the shapes answered without a mask."""
+    one group (an equality filter, or a scope), or a group alone: the shapes answered
+    without a mask."""
     filters: list[tuple[str, str | int]] = []
     changed_since = None
-    if draw(st.booleans(), label="sync position"):
+    instant = draw(st.sampled_from(("sync position", "date", None)), label="instant")
+    if instant == "sync position":
         changed_since = draw(st.sampled_from(values["change_seq"]))
-    else:
+    elif instant == "date":
         date = draw(st.sampled_from(("updated_at", "last_seen")))
         for side in draw(st.sampled_from((("gte",), ("lte",), ("gte", "lte")))):
             nudge = draw(st.sampled_from((-1, 0, 1)))
             filters.append((f"{date}_{side}", draw(st.sampled_from(values[date])) + nudge))
     scope = None
-    group = draw(st.sampled_from((None, "scope", *(n for n in RULES if RULES[n][1] == "="))))
+    groups = ("scope", *(n for n in RULES if RULES[n][1] == "="))
+    group = draw(st.sampled_from(groups if instant is None else (None, *groups)))
     if group == "scope":
         integrations = values["integration_id"] + ["int_nobody"]
         scope = draw(st.frozensets(st.sampled_from(integrations), min_size=1, max_size=3))
@@ -399,9 +402,10 @@ def test_a_change_is_read_through_the_change_sequence_index(
 def test_a_range_of_one_instant_is_counted_without_a_pass_over_the_rows(
     seeded: tuple[Path, sqlite3.Connection], seeded_values: Values, seeded_counter: MatchCounter
 ) -> None:
-    """A date range, alone or within one group (an equality filter, the scope), and a
-    sync position: binary searches in rows sorted once, not a comparison per row (the
-    pass, `_matches`, is made to fail here)."""
+    """A date range, alone or within one group (an equality filter, the scope), a sync
+    position, and a group alone (from its column's order in the file): binary searches
+    in rows sorted once, not a comparison per row (the pass, `_matches`, is made to fail
+    here)."""
     connection = seeded[1]
     middle = sorted(seeded_values["updated_at"])[len(seeded_values["updated_at"]) // 2]
     vendor = sorted(seeded_values["integration_vendor"])[0]
@@ -413,6 +417,8 @@ def test_a_range_of_one_instant_is_counted_without_a_pass_over_the_rows(
         ),
         (ApplicantQuery(filters=(("updated_at_gte", middle),)), frozenset({"int_mri_01", "nope"})),
         (ApplicantQuery(changed_since=sorted(seeded_values["change_seq"])[40]), None),
+        (ApplicantQuery(filters=(("integration_vendor", vendor),)), None),
+        (ApplicantQuery(), frozenset({"int_mri_01", "nope"})),
     ]
     with mock.patch.object(MatchCounter, "_matches", side_effect=AssertionError("a pass")):
         counted = [seeded_counter.count(query, scope) for query, scope in shapes]
