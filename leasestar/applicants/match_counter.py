@@ -259,7 +259,7 @@ class MatchCounter(ColumnarCopy):
                 )
                 break
             # The next key orders the matches among the lead key's ties: the rows of
-            # that one value, which its order holds side by side.
+            # that one value, which its order holds side by side, in rowid order.
             rowids, keys = self._in_order(key.field, order_of)
             ties = _span(keys, low, low)
             if within.listed_cheaply and count < ties.stop - ties.start:
@@ -267,7 +267,7 @@ class MatchCounter(ColumnarCopy):
                 listed = listed[order_of.keys(self._columns[key.field].take(listed)) == low]
             else:
                 tied = rowids[ties]
-                listed = np.sort(tied[within.at(tied)])
+                listed = tied[within.at(tied)]
             within = _ListedMatches(listed, len(self._present))
             count = within.count
         return Seek(found, tuple(ranges), stepped, candidates)
@@ -517,6 +517,8 @@ class _RangeMatches(_Matches):
         self._made: Array | None = None
         self._listed: Array | None = None
         self._asked = 0  # rows told one by one so far
+        self._last_asked: tuple[object, ...] = ()
+        self._last_told: Array = np.empty(0, np.bool_)
         self.count = counter._count_range(instant, low, high, group, values)
 
     def mask(self) -> Array:
@@ -539,6 +541,14 @@ class _RangeMatches(_Matches):
         return self._made
 
     def at(self, rowids: Array) -> Array:
+        # A seek asks about a group of ties twice (how many of its rows match, then
+        # which): the same rows of the same order, told once.
+        asked = (rowids.__array_interface__["data"][0], rowids.shape, rowids.strides)
+        if asked != self._last_asked:
+            self._last_asked, self._last_told = asked, self._told(rowids)
+        return self._last_told
+
+    def _told(self, rowids: Array) -> Array:
         self._asked += len(rowids)
         if self._made is not None or self._asked * _GATHERED_PART > len(self._counter._present):
             return self.mask().take(rowids)

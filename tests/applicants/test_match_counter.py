@@ -296,6 +296,33 @@ def test_the_ranges_of_a_seek_hold_the_first_matches(
     assert whole - tied < found.stepped <= whole
 
 
+@settings(max_examples=100, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data(), gathered_part=st.sampled_from((0, 256)))
+def test_the_rows_a_seek_asks_about_are_told_as_sqlite_does(
+    seeded: tuple[Path, sqlite3.Connection],
+    seeded_values: Values,
+    seeded_counter: MatchCounter,
+    data: st.DataObject,
+    gathered_part: int,
+) -> None:
+    """Which of some rows match (`at`), asked in turn about slices of an order, some
+    asked again and some of the same length: each answer is SQLite's for those rows."""
+    connection = seeded[1]
+    query, scope = data.draw(queries(seeded_values) | ranged_queries(seeded_values))
+    where, params = where_clause(query, scope)
+    matching = {
+        row for (row,) in connection.execute(f"SELECT rowid FROM applicants {where}", params)
+    }
+    rowids, _ = seeded_counter._in_order("updated_at", match_counter.INSTANT_ORDER)
+    with mock.patch.object(match_counter, "_GATHERED_PART", gathered_part):
+        within = seeded_counter._matched(query, scope)
+        size = data.draw(st.integers(1, 40), label="size")
+        for _ in range(6):
+            start = data.draw(st.integers(0, len(rowids) - size), label="start")
+            asked = rowids[start : start + size]
+            assert within.at(asked).tolist() == [int(row) in matching for row in asked]
+
+
 def test_a_column_not_copied_has_no_range(seeded_counter: MatchCounter) -> None:
     found = seeded_counter.seek(ApplicantQuery(), None, (SortKey("email_1", "asc"),), 10, 8192)
     assert (found.matches, found.ranges, found.stepped) == (SEEDED, (), None)
