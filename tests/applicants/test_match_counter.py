@@ -202,6 +202,7 @@ def range_clause(column: str, low: Any, high: Any) -> str:
     gathered_part=st.sampled_from((0, 256)),
     scattered_part=st.sampled_from((0, 1 << 30)),
     gathered_by_mask=st.sampled_from((0, 1 << 30)),
+    cached_rows_most=st.sampled_from((0, 1 << 21)),
 )
 def test_the_ranges_of_a_seek_hold_the_first_matches(
     seeded: tuple[Path, sqlite3.Connection],
@@ -216,6 +217,7 @@ def test_the_ranges_of_a_seek_hold_the_first_matches(
     gathered_part: int,
     scattered_part: int,
     gathered_by_mask: int,
+    cached_rows_most: int,
 ) -> None:
     """The first `wanted` matches in the order (the id breaking ties) are the same read
     within the seek's ranges as read without them; the lead range's rows are count(*).
@@ -223,7 +225,8 @@ def test_the_ranges_of_a_seek_hold_the_first_matches(
     gathers when its first chunks of rows hold too few matches: chunks made small here,
     so both ways are taken on the seed's few hundred rows), and whether a range's
     matches are listed and told from its sorted rows or from a mask (set from those rows
-    or made by a pass), the answer is the same."""
+    or made by a pass), and whether they are read in rowid order (a copy larger than the
+    cache) or not, the answer is the same."""
     connection = seeded[1]
     query, scope = data.draw(queries(seeded_values) | ranged_queries(seeded_values))
     second = data.draw(
@@ -241,6 +244,7 @@ def test_the_ranges_of_a_seek_hold_the_first_matches(
         mock.patch.object(match_counter, "_GATHERED_PART", gathered_part),
         mock.patch.object(match_counter, "_SCATTERED_PART", scattered_part),
         mock.patch.object(match_counter, "_GATHERED_BY_MASK", gathered_by_mask),
+        mock.patch.object(match_counter, "_CACHED_ROWS_MOST", cached_rows_most),
     ):
         found = seeded_counter.seek(query, scope, order, wanted, 8192)
     assert found.matches == expected_count(connection, query, scope)
@@ -297,16 +301,22 @@ def test_the_ranges_of_a_seek_hold_the_first_matches(
 
 
 @settings(max_examples=100, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(data=st.data(), gathered_part=st.sampled_from((0, 256)))
+@given(
+    data=st.data(),
+    gathered_part=st.sampled_from((0, 256)),
+    cached_rows_most=st.sampled_from((0, 1 << 21)),
+)
 def test_the_rows_a_seek_asks_about_are_told_as_sqlite_does(
     seeded: tuple[Path, sqlite3.Connection],
     seeded_values: Values,
     seeded_counter: MatchCounter,
     data: st.DataObject,
     gathered_part: int,
+    cached_rows_most: int,
 ) -> None:
     """Which of some rows match (`at`), asked in turn about slices of an order, some
-    asked again and some of the same length: each answer is SQLite's for those rows."""
+    asked again and some of the same length: each answer is SQLite's for those rows;
+    then every match, in rowid order (`rowids`)."""
     connection = seeded[1]
     query, scope = data.draw(queries(seeded_values) | ranged_queries(seeded_values))
     where, params = where_clause(query, scope)
@@ -314,13 +324,17 @@ def test_the_rows_a_seek_asks_about_are_told_as_sqlite_does(
         row for (row,) in connection.execute(f"SELECT rowid FROM applicants {where}", params)
     }
     rowids, _ = seeded_counter._in_order("updated_at", match_counter.INSTANT_ORDER)
-    with mock.patch.object(match_counter, "_GATHERED_PART", gathered_part):
+    with (
+        mock.patch.object(match_counter, "_GATHERED_PART", gathered_part),
+        mock.patch.object(match_counter, "_CACHED_ROWS_MOST", cached_rows_most),
+    ):
         within = seeded_counter._matched(query, scope)
         size = data.draw(st.integers(1, 40), label="size")
         for _ in range(6):
             start = data.draw(st.integers(0, len(rowids) - size), label="start")
             asked = rowids[start : start + size]
             assert within.at(asked).tolist() == [int(row) in matching for row in asked]
+        assert within.rowids().tolist() == sorted(matching)
 
 
 def test_a_column_not_copied_has_no_range(seeded_counter: MatchCounter) -> None:
