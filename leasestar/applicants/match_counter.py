@@ -522,6 +522,7 @@ class _RangeMatches(_Matches):
         self._listed: Array | None = None
         self._asked = 0  # rows told one by one so far
         self._last_asked: tuple[object, ...] = ()
+        self._last_rowids: Array = np.empty(0, np.int64)
         self._last_told: Array = np.empty(0, np.bool_)
         self.count = counter._count_range(instant, low, high, group, values)
 
@@ -546,10 +547,12 @@ class _RangeMatches(_Matches):
 
     def at(self, rowids: Array) -> Array:
         # A seek asks about a group of ties twice (how many of its rows match, then
-        # which): the same rows of the same order, told once.
+        # which): the same rows of the same order, told once. The rows asked are held
+        # while remembered: freed, their memory could hold other rows at that address.
         asked = (rowids.__array_interface__["data"][0], rowids.shape, rowids.strides)
-        if asked != self._last_asked:
-            self._last_asked, self._last_told = asked, self._told(rowids)
+        if asked != self._last_asked or rowids.dtype != self._last_rowids.dtype:
+            told = self._told(rowids)
+            self._last_asked, self._last_rowids, self._last_told = asked, rowids, told
         return self._last_told
 
     def _told(self, rowids: Array) -> Array:
