@@ -398,6 +398,31 @@ def check_imports(path: Path, data: st.DataObject) -> None:
         connection.close()
 
 
+def test_a_group_alone_is_counted_without_moving_its_order_after_a_write(
+    tmp_path: Path,
+) -> None:
+    """An equality alone is counted from its column's order only while that order is
+    current: after a write, by the pass, not by moving the rows written into the order
+    (~0.4 s at 10,000,000 rows, where the pass costs ~8 ms)."""
+    path = tmp_path / "written.db"
+    connection = open_for_write(path)
+    try:
+        records = list(synthetic_applicants(120, seed=5))
+        write_records(connection, records[:80])
+        counter = caught_up(path)
+        vendor = sorted(values_in(connection)["integration_vendor"])[0]
+        query = ApplicantQuery(filters=(("integration_vendor", vendor),))
+        counter._in_order("integration_vendor", counter._order_of("integration_vendor"))
+        with mock.patch.object(MatchCounter, "_matches", side_effect=AssertionError("a pass")):
+            assert counter.count(query, None) == expected_count(connection, query, None)
+        write_records(connection, records[80:100])
+        caught_up(path, counter)
+        with mock.patch.object(match_counter, "_moved", side_effect=AssertionError("moved")):
+            assert counter.count(query, None) == expected_count(connection, query, None)
+    finally:
+        connection.close()
+
+
 def test_a_replaced_file_is_read_whole(tmp_path: Path) -> None:
     """Another database moved to the path (as a replica's first copy is): its rowids say
     nothing of the old file's, so the copy reads it whole, not as a change."""
