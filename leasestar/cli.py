@@ -15,7 +15,6 @@ from collections.abc import Callable, Sequence
 from typing import Final
 
 from leasestar import __version__, commands
-from leasestar.auth import PERMISSIONS, TokenError
 from leasestar.config import (
     DEFAULT_DB,
     DEFAULT_RATE_LIMIT,
@@ -41,6 +40,7 @@ from leasestar.config import (
 )
 from leasestar.database import DatabaseError, describe_failure
 from leasestar.replica.layout import ReplicaError
+from leasestar.tokens import PERMISSIONS, TokenError
 from leasestar.webhooks import commands as webhook_commands
 from leasestar.webhooks.subscriptions import SubscriptionError
 

@@ -1,7 +1,9 @@
 """What each `leasestar` command does, once its arguments are parsed (`cli.py`).
 
 Every command takes the parsed arguments and returns the exit status; a failure it can
-name raises CommandError (or another one-line error `cli.main` reports).
+name raises CommandError (or another one-line error `cli.main` reports). What only one
+command needs is imported by it: `leasestar serve` starts its workers sooner without the
+import pipeline, the export's encoder or the rate limiter's middleware loaded first.
 """
 
 from __future__ import annotations
@@ -22,21 +24,12 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Final
 
-from leasestar.applicants.ndjson import export_ndjson
-from leasestar.applicants.pipeline import (
-    WORKER_MIN_RECORDS,
-    ImportRefused,
-    WorkerFailed,
-    import_ndjson,
-    write_generated,
-)
-from leasestar.auth import create_token, list_tokens, revoke_token
 from leasestar.config import ListenAddress
 from leasestar.database import open_for_write, read_uri
 from leasestar.log_lines import install_formatter
-from leasestar.rate_limit import WindowCounter, counter_path
 from leasestar.replica.layout import refuse_writes, replica_of
 from leasestar.supervision import naming_supervisor, serve_in_fork
+from leasestar.tokens import create_token, list_tokens, revoke_token
 from leasestar.webhooks.retries import RetryPolicy, RetrySettingsError
 
 if TYPE_CHECKING:
@@ -109,6 +102,7 @@ def db_path(args: argparse.Namespace) -> Path:
 
 def seed_database(path: Path, count: int, seed: int) -> int:
     """Add `count` deterministic synthetic applicants; returns how many rows were written."""
+    from leasestar.applicants.pipeline import WORKER_MIN_RECORDS, WorkerFailed, write_generated
     from leasestar.seed.generator import synthetic_records  # only seeding needs the generator
 
     connection = open_for_write(path)
@@ -211,6 +205,8 @@ def serve(args: argparse.Namespace) -> int:
     finally:
         connection.close()
     if args.rate_limit != "off":
+        from leasestar.rate_limit import WindowCounter, counter_path
+
         # Created here, so a file that cannot be is one line, not a trace from each worker.
         WindowCounter(counter_path(path)).close()
     if created and empty:
@@ -368,6 +364,8 @@ def _size(stream: IO[bytes]) -> int | None:
 
 
 def import_file(args: argparse.Namespace) -> int:
+    from leasestar.applicants.pipeline import ImportRefused, WorkerFailed, import_ndjson
+
     refuse_writes(db_path(args))
     connection = open_for_write(db_path(args))
     try:
@@ -400,6 +398,8 @@ def import_file(args: argparse.Namespace) -> int:
 
 
 def export(args: argparse.Namespace) -> int:
+    from leasestar.applicants.ndjson import export_ndjson
+
     path = db_path(args)
     if not path.exists():
         raise CommandError(f"database does not exist: {path}")

@@ -15,9 +15,9 @@ from litestar.exceptions import HTTPException, NotAuthorizedException
 from litestar.status_codes import HTTP_500_INTERNAL_SERVER_ERROR
 from litestar.types import ExceptionHandlersMap
 
-from leasestar.auth import redact_token_secrets
 from leasestar.client.errors import ErrorBody, ErrorCode, ErrorDetail, ErrorDetails
 from leasestar.rate_limit import TooManyAtOnce
+from leasestar.tokens import redact_token_secrets
 
 logger = logging.getLogger("leasestar.errors")
 

@@ -34,8 +34,8 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.utils import floatToGoString
 
 from leasestar.asgi import RESPONSE_HEADERS
-from leasestar.auth import TokenHolder, redact_token_secrets
 from leasestar.log_lines import escaped, one_line
+from leasestar.tokens import TokenHolder, redact_token_secrets
 
 LogFormat = Literal["json", "text", "off"]
 REQUEST_ID_HEADER: Final = b"x-request-id"

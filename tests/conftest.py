@@ -13,11 +13,11 @@ from hypothesis import settings
 from litestar.testing import AsyncTestClient
 
 from leasestar.applicants.pipeline import write_records
-from leasestar.auth import create_token
 from leasestar.config import ListenAddress, Settings
 from leasestar.database import open_for_write
 from leasestar.main import create_app
 from leasestar.seed.generator import synthetic_applicants
+from leasestar.tokens import create_token
 
 # The in-process test client's address (Litestar's AsyncTestClient): an app built with it
 # as its metrics address serves /metrics to that client, as `leasestar serve` does on the

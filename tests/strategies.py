@@ -34,10 +34,10 @@ from litestar.testing import AsyncTestClient
 
 from leasestar.applicants.pipeline import write_records
 from leasestar.applicants.records import Applicant, Application, Income, Pet, Screening
-from leasestar.auth import create_token
 from leasestar.config import Settings
 from leasestar.database import open_for_write
 from leasestar.main import create_app
+from leasestar.tokens import create_token
 from tests.contract import (
     DATE_BOUNDS,
     DEFAULT_LIMIT,

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 from litestar.testing import AsyncTestClient
 
-from leasestar.auth import create_token, revoke_token
 from leasestar.config import Settings
 from leasestar.main import create_app
+from leasestar.tokens import create_token, revoke_token
 from tests.json_body import register_json_body
 
 Client = AsyncTestClient  # type: ignore[type-arg]

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from leasestar import commands
-from leasestar.applicants import columnar_copy, copy_file
+from leasestar.applicants import columnar_copy, copy_file, pipeline
 from leasestar.applicants.columnar_copy import COLUMN_TYPES
 from leasestar.applicants.match_counter import MatchCounter
 from leasestar.applicants.records import applicant_encoder
@@ -525,7 +525,7 @@ def test_seed_generating_in_a_worker_stores_the_same_bytes(
 ) -> None:
     inline, worker = tmp_path / "inline.db", tmp_path / "worker.db"
     run(capsys, "seed", "--db", str(inline), "--count", "300", "--seed", "5")
-    monkeypatch.setattr(commands, "WORKER_MIN_RECORDS", 100)
+    monkeypatch.setattr(pipeline, "WORKER_MIN_RECORDS", 100)
     code, out, err = run(capsys, "seed", "--db", str(worker), "--count", "300", "--seed", "5")
     assert (code, out, err) == (0, "seeded 300 applicants (seed 5); 300 rows written\n", "")
     assert content(worker) == content(inline)

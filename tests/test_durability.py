@@ -28,11 +28,11 @@ from leasestar.applicants.ndjson import export_ndjson
 from leasestar.applicants.pipeline import import_ndjson, write_records
 from leasestar.applicants.records import applicant_encoder
 from leasestar.applicants.writer import KEPT_INDEXES
-from leasestar.auth import create_token
 from leasestar.config import Settings
 from leasestar.database import open_for_write
 from leasestar.main import create_app
 from leasestar.seed.generator import synthetic_applicants
+from leasestar.tokens import create_token
 from tests.servers import children
 
 LEASESTAR = Path(sys.executable).with_name("leasestar")

@@ -18,8 +18,8 @@ from typing import IO
 import httpx
 import pytest
 
-from leasestar.auth import create_token
 from leasestar.database import open_for_write
+from leasestar.tokens import create_token
 from tests.json_body import register_json_body
 from tests.servers import ROOT, START_TIMEOUT, clean_env, free_port, serving, stop, wait_for_health
 

@@ -38,10 +38,10 @@ from schemathesis.specs.openapi.checks import (
 )
 from schemathesis.specs.openapi.schemas import OpenApiSchema
 
-from leasestar.auth import create_token
 from leasestar.config import Settings
 from leasestar.database import open_for_write
 from leasestar.main import create_app
+from leasestar.tokens import create_token
 from tests.conftest import TEST_CLIENT_ADDRESS
 from tests.contract import ERROR_CODES, LIST_ONLY_PARAMETERS, SHARED_PARAMETERS
 

@@ -32,10 +32,10 @@ import pytest
 from litestar.testing import AsyncTestClient
 
 import leasestar.auth
-from leasestar.auth import create_token
 from leasestar.config import Settings
 from leasestar.database import open_for_write
 from leasestar.main import create_app
+from leasestar.tokens import create_token
 from tests.servers import ROOT, START_TIMEOUT, children, clean_env, free_port
 from tests.test_fuzz import assert_error_body
 

@@ -17,11 +17,11 @@ except ImportError:
     from backports import zstd  # type: ignore[no-redef,import-not-found,unused-ignore]
 
 from leasestar.applicants.pipeline import write_records
-from leasestar.auth import create_token
 from leasestar.config import Settings
 from leasestar.database import open_for_write
 from leasestar.main import create_app
 from leasestar.seed.generator import synthetic_applicants
+from leasestar.tokens import create_token
 
 Client = AsyncTestClient  # type: ignore[type-arg]
 MINIMUM_SIZE = 1024  # the compression threshold, README "Settings"

@@ -23,9 +23,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from leasestar.auth import revoke_token
 from leasestar.database import open_for_write
 from leasestar.protocol import MAX_HEAD_BYTES
+from leasestar.tokens import revoke_token
 from tests.test_fuzz import assert_error_body
 from tests.test_hardening import (
     ROOT,

@@ -26,10 +26,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from leasestar.applicants.pipeline import write_records
-from leasestar.auth import create_token
 from leasestar.database import open_for_write
 from leasestar.protocol import address_key
 from leasestar.seed.generator import synthetic_applicants
+from leasestar.tokens import create_token
 from tests.test_fuzz import assert_error_body
 from tests.test_hardening import Server, copy_database, new_token, parse_response, serve
 from tests.test_open_network import reset_peak_rss, rss_kib

@@ -21,7 +21,6 @@ import pytest
 from litestar.middleware.rate_limit import RateLimitConfig
 from litestar.testing import AsyncTestClient
 
-from leasestar.auth import TokenHolder
 from leasestar.cli import build_parser
 from leasestar.config import DEFAULT_RATE_LIMIT, RateLimit, Settings, SettingsError
 from leasestar.main import create_app
@@ -31,6 +30,7 @@ from leasestar.rate_limit import (
     TokenLimits,
     Window,
 )
+from leasestar.tokens import TokenHolder
 from tests.conftest import TEST_CLIENT_ADDRESS
 from tests.test_fuzz import assert_error_body
 from tests.test_hardening import clean_env, copy_database, new_token, query_one, serve

@@ -25,10 +25,10 @@ from typing import Any
 import httpx
 import pytest
 
-from leasestar.auth import create_token
 from leasestar.database import open_for_write
 from leasestar.replica.litestream import find_litestream
 from leasestar.replica.status import ReplicaStatus, health_of
+from leasestar.tokens import create_token
 from tests.servers import children
 from tests.test_e2e import clean_env, free_port, stop
 from tests.webhooks.receiver import receiving

@@ -21,10 +21,10 @@ import httpx
 import pytest
 
 from leasestar.applicants.pipeline import write_records
-from leasestar.auth import revoke_token
 from leasestar.database import open_for_write
 from leasestar.rate_limit import WindowCounter, counter_path
 from leasestar.seed.generator import synthetic_applicants
+from leasestar.tokens import revoke_token
 from tests.servers import children
 from tests.test_hardening import Server, copy_database, new_token, query_one, serve
 from tests.test_rate_limit import remaining

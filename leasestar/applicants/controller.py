@@ -43,11 +43,11 @@ from leasestar.applicants.query import (
 from leasestar.applicants.storage import ApplicantPage, ApplicantReader
 from leasestar.applicants.stream import RecordStream, refuse_paging, wants_ndjson
 from leasestar.asgi import VARY_LIST, VARY_RECORD, OwnTypeStream, PreEncodedJSON, header_value
-from leasestar.auth import TokenHolder, scope_label
 from leasestar.client.records import ApplicantList, ApplicantSingle, PageMeta
 from leasestar.disconnect import ClientGone, unless_gone
 from leasestar.errors import InvalidParameter
 from leasestar.openapi import NDJSON, NOT_MODIFIED, error_responses, operation_class
+from leasestar.tokens import TokenHolder, scope_label
 
 _meta_encoder = msgspec.json.Encoder()
 EnvelopeT = TypeVar("EnvelopeT")

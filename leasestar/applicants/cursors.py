@@ -25,9 +25,9 @@ from typing import Final
 import msgspec
 
 from leasestar.applicants.records import SortKey
-from leasestar.auth import scope_label
 from leasestar.errors import InvalidParameter
 from leasestar.instants import parse_instant
+from leasestar.tokens import scope_label
 
 CURSOR_VERSION: Final = 1
 _SIGNATURE_BYTES: Final = 16

@@ -15,8 +15,8 @@ from leasestar.commands import open_to_read
 from leasestar.database import open_for_write
 from leasestar.instants import format_instant, now_micros
 from leasestar.replica.layout import refuse_writes
-from leasestar.webhooks.deliverer import events_query
 from leasestar.webhooks.outbox import EVENT_TYPES
+from leasestar.webhooks.payloads import events_query
 from leasestar.webhooks.subscriptions import (
     DEFAULT_GRACE_SECONDS,
     SIGNING_FORMS,

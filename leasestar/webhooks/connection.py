@@ -118,7 +118,7 @@ class PublicResolver(AbstractResolver):
 
 
 class Answer(NamedTuple):
-    status: int
+    status: int | None  # None: no answer (`text` says why)
     text: str  # the answer's first ANSWER_BYTES, decoded
     retry_after: str | None  # the header, unparsed
 
@@ -177,6 +177,17 @@ class ReceiverConnection:
             auto_decompress=False,
             trust_env=False,  # never through a proxy the environment names
         )
+
+    async def attempt(self, url: str, headers: dict[str, str], body: bytes) -> Answer:
+        """`post`'s answer, or one without a status whose text says why there was none."""
+        try:
+            return await self.post(url, headers, body)
+        except TimeoutError:
+            return Answer(None, f"no answer within {self._seconds:g} s", None)
+        except RefusedAddress as error:
+            return Answer(None, str(error), None)
+        except (OSError, aiohttp.ClientError) as error:  # refused, reset, DNS, TLS, not HTTP
+            return Answer(None, f"{type(error).__name__}: {error}"[:ANSWER_BYTES], None)
 
     async def post(self, url: str, headers: dict[str, str], body: bytes) -> Answer:
         target = URL(url)

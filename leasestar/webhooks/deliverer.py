@@ -39,24 +39,19 @@ import sqlite3
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Final, TypeVar
-
-import aiohttp
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from leasestar import __version__
 from leasestar.applicants.bodies import DICTIONARIES, BodyDecoder, UnknownDictionary
 from leasestar.database import BUSY_TIMEOUT_MS, read_uri
-from leasestar.webhooks.connection import (
-    ALLOW_PRIVATE_ENV,
-    ANSWER_BYTES,
-    ReceiverConnection,
-    RefusedAddress,
-)
 from leasestar.webhooks.ledger import FLUSH_SECONDS, Attempt, Ledger
-from leasestar.webhooks.payloads import EVENT_COLUMNS, Event, payload
+from leasestar.webhooks.payloads import Event, events_query, payload
 from leasestar.webhooks.retries import RetryPolicy, parse_retry_after
 from leasestar.webhooks.signing import signed_headers
 from leasestar.webhooks.subscriptions import Subscription, list_subscriptions
+
+if TYPE_CHECKING:
+    from leasestar.webhooks.connection import ReceiverConnection
 
 LOCK_RETRY_SECONDS: Final = 1.0
 # How often a sender with nothing to send looks for new events (a commit is sent within
@@ -92,17 +87,6 @@ def _release_if_locked(trying: asyncio.Future[int | None]) -> None:
             os.close(descriptor)
 
 
-def events_query(subscription: Subscription) -> tuple[str, list[object]]:
-    sql = f"SELECT {EVENT_COLUMNS} FROM webhook_events WHERE change_seq > ?"
-    params: list[object] = []
-    if subscription.integrations is not None:
-        sql += f" AND integration_id IN ({', '.join('?' * len(subscription.integrations))})"
-        params.extend(sorted(subscription.integrations))
-    sql += f" AND event_type IN ({', '.join('?' * len(subscription.events))})"
-    params.extend(sorted(subscription.events))
-    return sql + " ORDER BY change_seq LIMIT ?", params
-
-
 class Deliverer:
     """Delivers the database's outbox while this process holds the webhook lock."""
 
@@ -115,7 +99,6 @@ class Deliverer:
         # again (after an error) resumes here rather than send again what was done.
         self.cursors: dict[str, int] = {}
         self.gone: set[str] = set()  # answered 410: disabled, maybe not written yet
-        self.allow_private = os.environ.get(ALLOW_PRIVATE_ENV) == "on"
         self.holding = False
 
     def current(self, subscription_id: str) -> Subscription | None:
@@ -269,9 +252,13 @@ class SubscriptionSender:
             return payload(event, self._decoder)
 
     async def run(self) -> None:
+        # aiohttp (0.15 s to import) only once a subscription is sent to: a worker of a
+        # server that sends no webhooks starts without it.
+        from leasestar.webhooks.connection import ALLOW_PRIVATE_ENV, ReceiverConnection
+
         connection = ReceiverConnection(
             user_agent=USER_AGENT,
-            allow_private=self._deliverer.allow_private,
+            allow_private=os.environ.get(ALLOW_PRIVATE_ENV) == "on",
             timeout=self._deliverer.policy.timeout,
         )
         try:
@@ -313,9 +300,11 @@ class SubscriptionSender:
                 int(now),
                 body,
             )
-            status, answer, retry_after = await self._post(
-                connection, subscription.url, body, headers
-            )
+            # The connection's one timeout bounds the whole exchange, not each read: a
+            # receiver dripping its answer a byte at a time would hold the subscription
+            # indefinitely otherwise.
+            status, answer, retry_header = await connection.attempt(subscription.url, headers, body)
+            retry_after = parse_retry_after(retry_header, now)
             next_at = None
             if status is not None and 200 <= status < 300:
                 outcome = "delivered"
@@ -342,25 +331,6 @@ class SubscriptionSender:
             )
             if outcome != "retry":
                 return outcome
-
-    async def _post(
-        self, connection: ReceiverConnection, url: str, body: bytes, headers: dict[str, str]
-    ) -> tuple[int | None, str, float | None]:
-        """(status, the answer's first bytes or the error, Retry-After seconds)."""
-        try:
-            # The connection's one timeout bounds the whole exchange, not each read: a
-            # receiver dripping its answer a byte at a time would hold the subscription
-            # indefinitely otherwise.
-            answer = await connection.post(url, headers, body)
-        except TimeoutError:
-            return None, f"no answer within {self._deliverer.policy.timeout:g} s", None
-        except RefusedAddress as error:
-            return None, str(error), None
-        # refused, reset, DNS, TLS, not an HTTP answer
-        except (OSError, aiohttp.ClientError) as error:
-            return None, f"{type(error).__name__}: {error}"[:ANSWER_BYTES], None
-        retry_after = parse_retry_after(answer.retry_after, time.time())
-        return answer.status, answer.text, retry_after
 
 
 async def run_deliverer(deliverer: Deliverer) -> None:

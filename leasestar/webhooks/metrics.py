@@ -21,7 +21,7 @@ from prometheus_client.registry import Collector
 
 from leasestar.database import read_uri
 from leasestar.instants import now_micros
-from leasestar.webhooks.deliverer import events_query
+from leasestar.webhooks.payloads import events_query
 from leasestar.webhooks.subscriptions import list_subscriptions
 
 OUTCOMES = ("delivered", "retry", "failed", "gone")  # ledger.Attempt.outcome

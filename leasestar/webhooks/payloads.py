@@ -12,13 +12,16 @@ byte for byte as before (and its signature over the body means the same).
 
 from __future__ import annotations
 
-from typing import Final, NamedTuple
+from typing import TYPE_CHECKING, Final, NamedTuple
 
 import msgspec
 
 from leasestar.applicants.bodies import BodyDecoder
 from leasestar.instants import format_instant
 from leasestar.webhooks.outbox import DATA_NEW
+
+if TYPE_CHECKING:
+    from leasestar.webhooks.subscriptions import Subscription
 
 OBJECT: Final = "applicants"
 EVENT_COLUMNS: Final = (
@@ -38,6 +41,19 @@ class Event(NamedTuple):
     property_id: str
     created_at: int
     data: bytes
+
+
+def events_query(subscription: Subscription) -> tuple[str, list[object]]:
+    """The statement reading the events sent to `subscription`, and its parameters but the
+    first (the change sequence read after) and the last (how many)."""
+    sql = f"SELECT {EVENT_COLUMNS} FROM webhook_events WHERE change_seq > ?"
+    params: list[object] = []
+    if subscription.integrations is not None:
+        sql += f" AND integration_id IN ({', '.join('?' * len(subscription.integrations))})"
+        params.extend(sorted(subscription.integrations))
+    sql += f" AND event_type IN ({', '.join('?' * len(subscription.events))})"
+    params.extend(sorted(subscription.events))
+    return sql + " ORDER BY change_seq LIMIT ?", params
 
 
 def payload(event: Event, decoder: BodyDecoder) -> bytes:

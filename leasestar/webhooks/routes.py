@@ -27,11 +27,11 @@ from litestar.enums import HttpMethod
 from litestar.exceptions import NotFoundException
 from litestar.params import PathParameter
 
-from leasestar.auth import TokenHolder
 from leasestar.database import BUSY_TIMEOUT_MS, read_uri
 from leasestar.errors import error_response
 from leasestar.instants import format_instant
 from leasestar.openapi import error_responses
+from leasestar.tokens import TokenHolder
 from leasestar.webhooks.outbox import EVENT_TYPES
 from leasestar.webhooks.subscriptions import (
     Subscription,

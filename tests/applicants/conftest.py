@@ -13,9 +13,9 @@ import pytest
 
 from leasestar.applicants.pipeline import write_records
 from leasestar.applicants.records import Applicant
-from leasestar.auth import create_token
 from leasestar.database import open_for_write
 from leasestar.seed.generator import synthetic_applicants
+from leasestar.tokens import create_token
 from tests.servers import serving
 
 RECORDS = 2_500  # more than two of the stream's 1,000-row batches

@@ -28,11 +28,11 @@ from leasestar.applicants.bodies import BodyDecoder
 from leasestar.applicants.ndjson import export_ndjson
 from leasestar.applicants.pipeline import import_ndjson, write_records
 from leasestar.applicants.records import Applicant, applicant_encoder
-from leasestar.auth import create_token
 from leasestar.config import Settings
 from leasestar.database import SCHEMA_VERSION, open_for_write
 from leasestar.main import create_app
 from leasestar.seed.generator import synthetic_applicants
+from leasestar.tokens import create_token
 from tests.applicants.test_roundtrip_properties import source_files
 from tests.json_body import register_json_body
 

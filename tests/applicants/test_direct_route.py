@@ -28,10 +28,10 @@ from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 from litestar import Litestar
 
-from leasestar.auth import create_token, revoke_token
 from leasestar.config import RateLimit, Settings
 from leasestar.database import open_for_write
 from leasestar.main import create_app
+from leasestar.tokens import create_token, revoke_token
 
 SCOPE = "int_entrata_01"
 FROZEN_TIME = 1_800_000_000.25

@@ -27,10 +27,10 @@ from leasestar.applicants.ndjson import parse_applicant
 from leasestar.applicants.pipeline import import_ndjson
 from leasestar.applicants.records import APPLICANT_ID_RULE
 from leasestar.applicants.writer import RecordError
-from leasestar.auth import create_token
 from leasestar.config import Settings
 from leasestar.database import open_for_write
 from leasestar.main import create_app
+from leasestar.tokens import create_token
 from tests.strategies import MINIMAL
 from tests.test_fuzz import assert_error_body
 from tests.test_hardening import Server, copy_database, new_token, raw_request, serve

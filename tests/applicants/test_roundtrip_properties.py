@@ -25,11 +25,11 @@ from litestar.testing import AsyncTestClient
 from leasestar.applicants.ndjson import export_ndjson
 from leasestar.applicants.pipeline import import_ndjson
 from leasestar.applicants.records import Applicant, Application, Income
-from leasestar.auth import create_token
 from leasestar.config import Settings
 from leasestar.database import open_for_write
 from leasestar.instants import MAX_INSTANT, MIN_INSTANT, format_instant
 from leasestar.main import create_app
+from leasestar.tokens import create_token
 from tests.strategies import ID_ALPHABET
 
 INT64 = st.integers(-(2**63), 2**63 - 1)

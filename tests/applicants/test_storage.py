@@ -28,9 +28,9 @@ from leasestar.applicants import planner, storage
 from leasestar.applicants.pipeline import write_records
 from leasestar.applicants.records import Applicant
 from leasestar.applicants.storage import SingleFlight
-from leasestar.auth import create_token
 from leasestar.config import Settings
 from leasestar.main import create_app
+from leasestar.tokens import create_token
 
 Client = AsyncTestClient  # type: ignore[type-arg]
 COUNTS_ROWS = re.compile(r"count\(\*\) FROM applicants")

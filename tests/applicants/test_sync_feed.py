@@ -24,11 +24,11 @@ from litestar.testing import AsyncTestClient
 
 from leasestar.applicants.pipeline import write_records
 from leasestar.applicants.records import Applicant
-from leasestar.auth import create_token
 from leasestar.config import Settings
 from leasestar.database import open_for_write
 from leasestar.main import create_app
 from leasestar.seed.generator import synthetic_applicants
+from leasestar.tokens import create_token
 from tests.json_body import register_json_body
 from tests.strategies import INTEGRATIONS, ModelRow, applicant_rows, datasets, serve, text
 

@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 from litestar.testing import AsyncTestClient
 
-from leasestar.auth import create_token
 from leasestar.config import Settings
 from leasestar.main import create_app
 from leasestar.replica.layout import ReplicaLayout, ReplicaMarker
+from leasestar.tokens import create_token
 from leasestar.webhooks.subscriptions import (
     MAX_ACTIVE_SUBSCRIPTIONS,
     create_subscription,
