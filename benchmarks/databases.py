@@ -79,13 +79,16 @@ def ensure_database(rows: int, work: Path = WORK) -> Path:
         stdout=sys.stderr.fileno(),  # its summary with the progress: stdout is for reports
     )
     partial.rename(path)
+    # The columnar copy's file the seed wrote beside it (its name follows the database's):
+    # without it the first server would build it at its start.
+    Path(f"{partial}-columns").rename(f"{path}-columns")
     stamp.write_text(fingerprint + "\n")
     say(f"seeded {rows:,} in {time.monotonic() - started:.0f} s")
     return path
 
 
 def remove_database(path: Path) -> None:
-    for suffix in ("", "-wal", "-shm", "-webhooks.lock"):
+    for suffix in ("", "-wal", "-shm", "-webhooks.lock", "-columns", "-columns.lock"):
         Path(f"{path}{suffix}").unlink(missing_ok=True)
 
 

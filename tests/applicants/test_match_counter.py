@@ -499,6 +499,30 @@ def test_a_range_of_one_instant_is_counted_without_a_pass_over_the_rows(
     assert all(counted)
 
 
+@pytest.mark.parametrize("radix_code_most", [2**16 - 1, 0], ids=["radix", "compared"])
+def test_a_grouping_holds_each_value_rows_in_instant_then_rowid_order(
+    seeded: tuple[Path, sqlite3.Connection], radix_code_most: int
+) -> None:
+    """`_by_group`: under each value's code, its rows in SQLite's (instant, rowid) order,
+    whether the codes are sorted as 16-bit numbers (by radix) or as they are."""
+    path, connection = seeded
+    counter = caught_up(path)
+    with mock.patch.object(match_counter, "_RADIX_CODE_MOST", radix_code_most):
+        for group in RULES_CODED:
+            for instant in INSTANTS:
+                starts, _, rowids = counter._by_group(group, instant)
+                values = counter._codes[group]._codes
+                assert len(starts) == max(values.values()) + 2
+                for value, code in values.items():
+                    expected = connection.execute(
+                        f"SELECT rowid FROM applicants WHERE {group} IS ? "
+                        f"ORDER BY {instant}, rowid",
+                        (value,),
+                    ).fetchall()
+                    found = rowids[starts[code] : starts[code + 1]].tolist()
+                    assert found == [rowid for (rowid,) in expected], (group, instant, value)
+
+
 @settings(max_examples=200, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_what_each_column_keeps_alone_is_count_star(
