@@ -193,12 +193,15 @@ class MatchCounter(ColumnarCopy):
             # The instant's order (the file's) split by code with a stable sort keeps each
             # code's rows in (instant, rowid) order: a radix sort of 16-bit codes, ~15x
             # cheaper than sorting the rows by both (1,000,000 rows: 0.26 s -> 0.02 s).
+            # Read through the order from a 16-bit copy of the codes, which the cache holds.
             by_instant, instants = self._in_order(instant, self._order_of(instant))
-            codes = self._columns[group].take(by_instant)
-            radix = codes.astype(np.uint16) if codes.max(initial=0) <= _RADIX_CODE_MOST else codes
-            by_code = np.argsort(radix, kind="stable")
-            codes = codes.take(by_code)
-            starts = np.searchsorted(codes, np.arange(int(codes.max(initial=-1)) + 2))
+            column = self._columns[group]
+            if column.max(initial=0) <= _RADIX_CODE_MOST:
+                column = column.astype(np.uint16)
+            codes = column.take(by_instant)
+            by_code = np.argsort(codes, kind="stable")
+            # Each code's rows start after those of the codes before it.
+            starts = np.concatenate(([0], np.cumsum(np.bincount(codes))))
             rowids: Array = by_instant.take(by_code).astype(_rowid_type(self._present))
             cached = self._grouped[key] = (starts, instants.take(by_code), rowids)
         return cached
