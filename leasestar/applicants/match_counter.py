@@ -13,7 +13,7 @@ follows writes: docs/list-planning.md, "Exact totals from a columnar copy" and
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Final, NamedTuple
+from typing import Any, Final, NamedTuple, TypeVar
 
 import numpy as np
 
@@ -59,8 +59,10 @@ _CACHED_ROWS_MOST: Final = 1 << 21
 # Beyond this part of the rows, a range's matches are listed from its mask once made
 # (`_RangeMatches.gathered`).
 _GATHERED_BY_MASK: Final = 8
-# Codes up to this are sorted as 16-bit numbers, which numpy's stable sort sorts by radix.
-_RADIX_CODE_MOST: Final = 2**16 - 1
+# The rows of each value sorted by instant (`_of_value`) kept by a worker, in bytes: at
+# 10,000,000 rows a vendor's are 24 MB (12 bytes a row), a whole grouping was 120 MB.
+_GROUPED_BYTES_MOST: Final = 64 << 20
+_Key = TypeVar("_Key")
 # A range's open side.
 _LOWEST: Final = -(2**63)
 _HIGHEST: Final = 2**63 - 1
@@ -85,13 +87,13 @@ class MatchCounter(ColumnarCopy):
         # column -> (the order it was sorted by, its rows' rowids and sort keys in that
         # order), for `_in_order`.
         self._sorted: dict[str, tuple[Order, Array, Array]] = {}
-        # "group/instant" -> (where each code's rows start, every row's instant, its
-        # rowid), sorted by code then instant: for `_count_range`.
-        self._grouped: dict[str, tuple[Array, Array, Array]] = {}
+        # (group, instant, code) -> the instants and rowids of the rows holding that
+        # code, in (instant, rowid) order (`_of_value`), least recently used first.
+        self._grouped: dict[tuple[str, str, int], tuple[Array, Array]] = {}
         # What was written over the copy since each of those was sorted (rowids, in
         # batches): moved to where they now sort when it is next used (`_moved`).
         self._sorted_stale: dict[str, list[Array]] = {}
-        self._grouped_stale: dict[str, list[Array]] = {}
+        self._grouped_stale: dict[tuple[str, str, int], list[Array]] = {}
         super().__init__(path)
 
     def _changed(self) -> None:
@@ -99,17 +101,10 @@ class MatchCounter(ColumnarCopy):
         self._grouped, self._grouped_stale = {}, {}
 
     def _written(self, rowids: Array) -> None:
-        """Each order and grouping sorted here has these rows moved when next used;
+        """Each order and value's rows sorted here has these rows moved when next used;
         one with more rows to move than `WRITTEN_MERGED_MOST` is sorted again instead."""
-        for held, stale in (
-            (self._sorted, self._sorted_stale),
-            (self._grouped, self._grouped_stale),
-        ):
-            for key in list(held):
-                batches = stale.setdefault(key, [])
-                batches.append(rowids)
-                if sum(len(batch) for batch in batches) > WRITTEN_MERGED_MOST:
-                    del held[key], stale[key]
+        _mark_written(self._sorted, self._sorted_stale, rowids)
+        _mark_written(self._grouped, self._grouped_stale, rowids)
 
     @staticmethod
     def covers(query: ApplicantQuery) -> bool:
@@ -140,17 +135,24 @@ class MatchCounter(ColumnarCopy):
         written since into it (~0.4 s there for 100 rows), would cost more than the pass
         it saves (~8 ms)."""
         shape = _ranged_shape(query, scope)
-        if shape is not None and shape[0] is None and shape[3] is not None:
-            group = shape[3]
-            cached = self._sorted.get(group)
-            order_of = self._order_of(group)
-            if cached is not None:
-                at_hand = cached[0] is order_of and not self._sorted_stale.get(group)
-            else:
-                at_hand = order_of.keys_are_values and not self._written_since_file
-            if not (at_hand and (cached is not None or self._file_order(group))):
-                return None
+        if (
+            shape is not None
+            and shape[0] is None
+            and shape[3] is not None
+            and not self._order_at_hand(shape[3])
+        ):
+            return None
         return shape
+
+    def _order_at_hand(self, group: str) -> bool:
+        """Whether `group`'s order is at hand and current: sorted here with no rows
+        written since, or the file's with none written since it."""
+        cached = self._sorted.get(group)
+        order_of = self._order_of(group)
+        if cached is not None:
+            return cached[0] is order_of and not self._sorted_stale.get(group)
+        at_hand = order_of.keys_are_values and not self._written_since_file
+        return at_hand and self._file_order(group) is not None
 
     def _count_range(
         self, instant: str | None, low: int, high: int, group: str | None, values: frozenset[str]
@@ -163,13 +165,8 @@ class MatchCounter(ColumnarCopy):
         if group is None:
             keys = self._in_order(instant, INSTANT_ORDER)[1]
             return _between(keys, low, high)
-        starts, keys, _ = self._by_group(group, instant)
-        counted = 0
-        for value in values:
-            code = self._codes[group].of(value)
-            if 0 <= code < len(starts) - 1:
-                counted += _between(keys[starts[code] : starts[code + 1]], low, high)
-        return counted
+        codes = _codes_of(self._codes[group], values)
+        return sum(_between(self._of_value(group, instant, code)[0], low, high) for code in codes)
 
     def _group_spans(self, group: str, values: frozenset[str]) -> tuple[Array, list[slice]]:
         """(the rows in `group`'s order, where each of `values` lies in it): each value's
@@ -179,31 +176,46 @@ class MatchCounter(ColumnarCopy):
         codes = np.array(_codes_of(self._codes[group], values), np.int64)
         return rowids, [_span(keys, key, key) for key in map(int, order_of.keys(codes))]
 
-    def _by_group(self, group: str, instant: str) -> tuple[Array, Array, Array]:
-        """(where each code's rows start, every row's instant, its rowid) with the rows
-        sorted by code, then instant: sorted once per (group, instant) counted, the rows written
-        since moved where they sort (`_regrouped`)."""
-        key = f"{group}/{instant}"
-        cached = self._grouped.get(key)
+    def _of_value(self, group: str, instant: str, code: int) -> tuple[Array, Array]:
+        """(their instants, their rowids) of the rows whose `group` holds `code`, in
+        (instant, rowid) order: for `_count_range` and a range's matches. Sorted once per
+        data version, the rows written since moved where they sort (`_moved`); the least
+        recently used dropped past `_GROUPED_BYTES_MOST` (a worker's own memory).
+
+        From `group`'s order where it is at hand (the value's rows side by side, sorted by
+        instant: ~3 ms for a property's 40,000 rows, ~0.15 s for a vendor's 2,000,000);
+        else the instant's order read for the rows holding the code (~0.15 s at
+        10,000,000 rows whatever the value)."""
+        key = (group, instant, code)
+        cached = self._grouped.pop(key, None)
         stale = self._grouped_stale.pop(key, None)
         if cached is not None and stale:
-            groups, instants = self._columns[group], self._columns[instant]
-            cached = self._grouped[key] = _regrouped(*cached, stale, groups, instants)
+            rowids, instants = _moved(
+                cached[1], cached[0], stale, self._columns[instant], INSTANT_ORDER,
+                among=(self._columns[group], code),
+            )  # fmt: skip
+            cached = (instants, rowids)
         if cached is None:
-            # The instant's order (the file's) split by code with a stable sort keeps each
-            # code's rows in (instant, rowid) order: a radix sort of 16-bit codes, ~15x
-            # cheaper than sorting the rows by both (1,000,000 rows: 0.26 s -> 0.02 s).
-            # Read through the order from a 16-bit copy of the codes, which the cache holds.
-            by_instant, instants = self._in_order(instant, self._order_of(instant))
-            column = self._columns[group]
-            if column.max(initial=0) <= _RADIX_CODE_MOST:
-                column = column.astype(np.uint16)
-            codes = column.take(by_instant)
-            by_code = np.argsort(codes, kind="stable")
-            # Each code's rows start after those of the codes before it.
-            starts = np.concatenate(([0], np.cumsum(np.bincount(codes))))
-            rowids: Array = by_instant.take(by_code).astype(_rowid_type(self._present))
-            cached = self._grouped[key] = (starts, instants.take(by_code), rowids)
+            if self._order_at_hand(group):
+                order_of = self._order_of(group)
+                by_group, keys = self._in_order(group, order_of)
+                at = int(order_of.keys(np.array([code]))[0])
+                rowids = by_group[_span(keys, at, at)]  # in rowid order
+                instants = self._columns[instant].take(rowids)
+                by_instant = np.argsort(instants, kind="stable")
+                cached = (instants.take(by_instant), rowids.take(by_instant))
+            else:
+                by_instant, instants = self._in_order(instant, INSTANT_ORDER)
+                holding = np.flatnonzero(self._columns[group].take(by_instant) == code)
+                cached = (instants.take(holding), by_instant.take(holding))
+            cached = (cached[0], cached[1].astype(_rowid_type(self._present), copy=False))
+        self._grouped[key] = cached  # the most recently used last
+        held = sum(instants.nbytes + rowids.nbytes for instants, rowids in self._grouped.values())
+        for oldest in list(self._grouped)[:-1]:
+            if held <= _GROUPED_BYTES_MOST:
+                break
+            held -= sum(array.nbytes for array in self._grouped.pop(oldest))
+            self._grouped_stale.pop(oldest, None)
         return cached
 
     def kept_by_each(self, query: ApplicantQuery, scope: Scope) -> dict[str, int]:
@@ -620,7 +632,7 @@ class _RangeMatches(_Matches):
 
     def _slices(self) -> Array:
         """The matches from the slices of sorted rows that hold them: the instant's
-        (`_in_order`), the grouping's by group then instant (`_by_group`), or the group
+        (`_in_order`), each value's sorted by instant (`_of_value`), or the group
         column's (`_group_spans`)."""
         counter = self._counter
         if self._instant is None:
@@ -631,13 +643,10 @@ class _RangeMatches(_Matches):
         if self._group is None:
             rowids, keys = counter._in_order(self._instant, INSTANT_ORDER)
             return rowids[_span(keys, self._low, self._high)]
-        starts, keys, rowids = counter._by_group(self._group, self._instant)
         parts = []
         for code in self._codes:
-            if code < len(starts) - 1:
-                start = int(starts[code])
-                within = _span(keys[start : starts[code + 1]], self._low, self._high)
-                parts.append(rowids[start + within.start : start + within.stop])
+            instants, rowids = counter._of_value(self._group, self._instant, code)
+            parts.append(rowids[_span(instants, self._low, self._high)])
         return np.concatenate(parts) if parts else np.empty(0, np.int64)
 
 
@@ -694,15 +703,32 @@ def _taken_out(rowids: Array, batches: list[Array], size: int) -> tuple[Array, A
     return written, stale.take(rowids)
 
 
+def _mark_written(held: dict[_Key, Any], stale: dict[_Key, list[Array]], rowids: Array) -> None:
+    for key in list(held):
+        batches = stale.setdefault(key, [])
+        batches.append(rowids)
+        if sum(len(batch) for batch in batches) > WRITTEN_MERGED_MOST:
+            del held[key], stale[key]
+
+
 def _moved(
-    rowids: Array, keys: Array, batches: list[Array], values: Array, order_of: Order
+    rowids: Array,
+    keys: Array,
+    batches: list[Array],
+    values: Array,
+    order_of: Order,
+    among: tuple[Array, int] | None = None,
 ) -> tuple[Array, Array]:
     """`rowids` in (key, rowid) order and their `keys`, with the rows of `batches`
-    (written over the copy since) taken out and put back where their `values` now sort:
-    two copies of the order and a binary search a row, where sorting it again costs
-    n log n (`WRITTEN_MERGED_MOST` gives the figures)."""
+    (written over the copy since) taken out and put back where their `values` now sort
+    (with `among`, a column and a code: only those that now hold it): two copies of the
+    order and a binary search a row, where sorting it again costs n log n
+    (`WRITTEN_MERGED_MOST` gives the figures)."""
     written, stale = _taken_out(rowids, batches, len(values))
     rowids, keys = rowids[~stale], keys[~stale]
+    if among is not None:
+        column, code = among
+        written = written[column.take(written) == code]
     now = order_of.keys(values.take(written)).astype(keys.dtype)
     by_key = np.lexsort((written, now))
     written, now = written.take(by_key), now.take(by_key)
@@ -711,41 +737,6 @@ def _moved(
     for at in np.flatnonzero(last > places):  # among equal keys, by rowid
         places[at] += np.searchsorted(rowids[places[at] : last[at]], written[at])
     return np.insert(rowids, places, written.astype(rowids.dtype)), np.insert(keys, places, now)
-
-
-def _regrouped(
-    starts: Array,
-    instants: Array,
-    rowids: Array,
-    batches: list[Array],
-    groups: Array,
-    values: Array,
-) -> tuple[Array, Array, Array]:
-    """A grouping (`MatchCounter._by_group`) with the rows of `batches` taken out and put
-    back under their code (`groups`), where their instant (`values`) now sorts. Within a
-    code, rows of one instant may lie in any order: only counts are taken of them."""
-    written, dropped = _taken_out(rowids, batches, len(groups))
-    # Each code's rows start earlier by the rows taken out of the codes before it.
-    in_code = np.searchsorted(starts, np.flatnonzero(dropped), "right") - 1
-    removed = np.bincount(in_code, minlength=len(starts) - 1)
-    starts = starts - np.concatenate(([0], np.cumsum(removed)))
-    rowids, instants = rowids[~dropped], instants[~dropped]
-    codes, now = groups.take(written), values.take(written)
-    if len(codes) and int(codes.max()) >= len(starts) - 1:  # a code no row held
-        starts = np.concatenate((starts, np.full(int(codes.max()) + 2 - len(starts), starts[-1])))
-    places = np.empty(len(written), np.int64)
-    for code in np.unique(codes):
-        these = codes == code
-        start, end = int(starts[code]), int(starts[code + 1])
-        places[these] = start + np.searchsorted(instants[start:end], now[these])
-    # Where a code ends and the next begins, one place takes rows of both: by code, then
-    # instant.
-    by_place = np.lexsort((now, codes, places))
-    places, written, now = places[by_place], written[by_place], now[by_place]
-    added = np.bincount(codes, minlength=len(starts) - 1)
-    starts = starts + np.concatenate(([0], np.cumsum(added)))
-    rowids = np.insert(rowids, places, written.astype(rowids.dtype))
-    return starts, np.insert(instants, places, now.astype(instants.dtype)), rowids
 
 
 def _steps(whole: int, tied: int, tied_matches: int, needed: int) -> int:

@@ -499,28 +499,32 @@ def test_a_range_of_one_instant_is_counted_without_a_pass_over_the_rows(
     assert all(counted)
 
 
-@pytest.mark.parametrize("radix_code_most", [2**16 - 1, 0], ids=["radix", "compared"])
-def test_a_grouping_holds_each_value_rows_in_instant_then_rowid_order(
-    seeded: tuple[Path, sqlite3.Connection], radix_code_most: int
+@pytest.mark.parametrize("kept_bytes", [64 << 20, 0], ids=["kept", "none-kept"])
+@pytest.mark.parametrize("group_order", [True, False], ids=["group-order", "instant-order"])
+def test_a_value_rows_are_in_instant_then_rowid_order(
+    seeded: tuple[Path, sqlite3.Connection], group_order: bool, kept_bytes: int
 ) -> None:
-    """`_by_group`: under each value's code, its rows in SQLite's (instant, rowid) order,
-    whether the codes are sorted as 16-bit numbers (by radix) or as they are."""
+    """`_of_value`: the rows holding each value, in SQLite's (instant, rowid) order, read
+    from the group's order or from the instant's, whether or not earlier ones are kept."""
     path, connection = seeded
     counter = caught_up(path)
-    with mock.patch.object(match_counter, "_RADIX_CODE_MOST", radix_code_most):
+    with (
+        mock.patch.object(counter, "_order_at_hand", return_value=group_order),
+        mock.patch.object(match_counter, "_GROUPED_BYTES_MOST", kept_bytes),
+    ):
         for group in RULES_CODED:
             for instant in INSTANTS:
-                starts, _, rowids = counter._by_group(group, instant)
-                values = counter._codes[group]._codes
-                assert len(starts) == max(values.values()) + 2
-                for value, code in values.items():
+                for value, code in counter._codes[group]._codes.items():
                     expected = connection.execute(
                         f"SELECT rowid FROM applicants WHERE {group} IS ? "
                         f"ORDER BY {instant}, rowid",
                         (value,),
                     ).fetchall()
-                    found = rowids[starts[code] : starts[code + 1]].tolist()
+                    found = counter._of_value(group, instant, code)[1].tolist()
                     assert found == [rowid for (rowid,) in expected], (group, instant, value)
+    asked = sum(len(counter._codes[group]._codes) for group in RULES_CODED) * len(INSTANTS)
+    # Within the budget every value's rows are kept; with none, only the last asked for.
+    assert len(counter._grouped) == (asked if kept_bytes else 1)
 
 
 @settings(max_examples=200, suppress_health_check=[HealthCheck.function_scoped_fixture])
