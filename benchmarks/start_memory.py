@@ -118,7 +118,7 @@ def components(db: Path) -> dict[str, Any]:
         found["orders"][column] = timed(started, rowids, keys)
     found["rss_after_orders_mb"] = memory_of(os.getpid())["Rss"]
     started = time.monotonic()
-    instants, rowids = counter._of_value("integration_vendor", "updated_at", 0)
+    [(instants, rowids)] = counter._of_values("integration_vendor", "updated_at", [0])
     found["value_integration_vendor_updated_at"] = timed(started, instants, rowids)
     found["rss_end_mb"] = memory_of(os.getpid())["Rss"]
     found["end_anonymous_mb"] = memory_of(os.getpid())["Anonymous"]

@@ -12,8 +12,9 @@ follows writes: docs/list-planning.md, "Exact totals from a columnar copy" and
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Final, NamedTuple, TypeVar
+from typing import Final, NamedTuple
 
 import numpy as np
 
@@ -59,10 +60,9 @@ _CACHED_ROWS_MOST: Final = 1 << 21
 # Beyond this part of the rows, a range's matches are listed from its mask once made
 # (`_RangeMatches.gathered`).
 _GATHERED_BY_MASK: Final = 8
-# The rows of each value sorted by instant (`_of_value`) kept by a worker, in bytes: at
+# The rows of each value sorted by instant (`_of_values`) kept by a worker, in bytes: at
 # 10,000,000 rows a vendor's are 24 MB (12 bytes a row), a whole grouping was 120 MB.
 _GROUPED_BYTES_MOST: Final = 64 << 20
-_Key = TypeVar("_Key")
 # A range's open side.
 _LOWEST: Final = -(2**63)
 _HIGHEST: Final = 2**63 - 1
@@ -88,23 +88,32 @@ class MatchCounter(ColumnarCopy):
         # order), for `_in_order`.
         self._sorted: dict[str, tuple[Order, Array, Array]] = {}
         # (group, instant, code) -> the instants and rowids of the rows holding that
-        # code, in (instant, rowid) order (`_of_value`), least recently used first.
+        # code, in (instant, rowid) order (`_of_values`), least recently used first.
         self._grouped: dict[tuple[str, str, int], tuple[Array, Array]] = {}
         # What was written over the copy since each of those was sorted (rowids, in
         # batches): moved to where they now sort when it is next used (`_moved`).
         self._sorted_stale: dict[str, list[Array]] = {}
-        self._grouped_stale: dict[tuple[str, str, int], list[Array]] = {}
+        self._grouped_bytes = 0  # what `_grouped` holds
+        # instant -> (its order's rowids, each row's place in them), for `_places`.
+        self._placed: dict[str, tuple[Array, Array]] = {}
         super().__init__(path)
 
     def _changed(self) -> None:
         self._sorted, self._sorted_stale = {}, {}
-        self._grouped, self._grouped_stale = {}, {}
+        self._grouped, self._placed = {}, {}
+        self._grouped_bytes = 0
 
     def _written(self, rowids: Array) -> None:
-        """Each order and value's rows sorted here has these rows moved when next used;
-        one with more rows to move than `WRITTEN_MERGED_MOST` is sorted again instead."""
-        _mark_written(self._sorted, self._sorted_stale, rowids)
-        _mark_written(self._grouped, self._grouped_stale, rowids)
+        """Each order sorted here has these rows moved when next used; one with more rows
+        to move than `WRITTEN_MERGED_MOST` is sorted again instead."""
+        for column in list(self._sorted):
+            batches = self._sorted_stale.setdefault(column, [])
+            batches.append(rowids)
+            if sum(len(batch) for batch in batches) > WRITTEN_MERGED_MOST:
+                del self._sorted[column], self._sorted_stale[column]
+        # Each value's rows are sorted again when next asked for (~0.2 ms for 6,000 rows;
+        # 0.1-0.15 s at ten million rows, as moving them through a grouping took).
+        self._grouped, self._grouped_bytes = {}, 0
 
     @staticmethod
     def covers(query: ApplicantQuery) -> bool:
@@ -133,16 +142,25 @@ class MatchCounter(ColumnarCopy):
         current (sorted here with no rows written since, or the file's with none written
         since it): sorting it for a count (~1 s at 10,000,000 rows), or moving the rows
         written since into it (~0.4 s there for 100 rows), would cost more than the pass
-        it saves (~8 ms)."""
+        it saves (~8 ms). A range within a group only where its values' rows sorted by
+        instant fit `_GROUPED_BYTES_MOST` (`_of_values`): more would be sorted again on
+        every request, where the pass costs ~25 ms at 10,000,000 rows."""
         shape = _ranged_shape(query, scope)
-        if (
-            shape is not None
-            and shape[0] is None
-            and shape[3] is not None
-            and not self._order_at_hand(shape[3])
-        ):
-            return None
-        return shape
+        if shape is None or shape[3] is None:
+            return shape
+        if shape[0] is None:
+            return shape if self._order_at_hand(shape[3]) else None
+        return shape if self._rows_of(shape[3], shape[4]) * 12 <= _GROUPED_BYTES_MOST else None
+
+    def _rows_of(self, group: str, values: frozenset[str]) -> int:
+        """About how many rows hold one of `values`: as the file's order of `group` says
+        (0 where its codes were numbered since)."""
+        order_of = self._order_of(group)
+        stored = self._file_order(group) if order_of.keys_are_values else None
+        if stored is None:
+            return 0
+        codes = np.array(_codes_of(self._codes[group], values), np.int64)
+        return sum(_between(stored[1], key, key) for key in map(int, order_of.keys(codes)))
 
     def _order_at_hand(self, group: str) -> bool:
         """Whether `group`'s order is at hand and current: sorted here with no rows
@@ -166,7 +184,9 @@ class MatchCounter(ColumnarCopy):
             keys = self._in_order(instant, INSTANT_ORDER)[1]
             return _between(keys, low, high)
         codes = _codes_of(self._codes[group], values)
-        return sum(_between(self._of_value(group, instant, code)[0], low, high) for code in codes)
+        return sum(
+            _between(instants, low, high) for instants, _ in self._of_values(group, instant, codes)
+        )
 
     def _group_spans(self, group: str, values: frozenset[str]) -> tuple[Array, list[slice]]:
         """(the rows in `group`'s order, where each of `values` lies in it): each value's
@@ -176,47 +196,74 @@ class MatchCounter(ColumnarCopy):
         codes = np.array(_codes_of(self._codes[group], values), np.int64)
         return rowids, [_span(keys, key, key) for key in map(int, order_of.keys(codes))]
 
-    def _of_value(self, group: str, instant: str, code: int) -> tuple[Array, Array]:
-        """(their instants, their rowids) of the rows whose `group` holds `code`, in
-        (instant, rowid) order: for `_count_range` and a range's matches. Sorted once per
-        data version, the rows written since moved where they sort (`_moved`); the least
-        recently used dropped past `_GROUPED_BYTES_MOST` (a worker's own memory).
+    def _of_values(self, group: str, instant: str, codes: list[int]) -> list[tuple[Array, Array]]:
+        """For each of `codes`, (their instants, their rowids) of the rows whose `group`
+        holds it, in (instant, rowid) order: for `_count_range` and a range's matches.
+        Sorted once per data version (a write drops them); the least recently used
+        dropped past `_GROUPED_BYTES_MOST` (a worker's own memory), never those asked for
+        now (`_shape` leaves values with more rows than that to the pass).
 
-        From `group`'s order where it is at hand (the value's rows side by side, sorted by
-        instant: ~3 ms for a property's 40,000 rows, ~0.15 s for a vendor's 2,000,000);
-        else the instant's order read for the rows holding the code (~0.15 s at
-        10,000,000 rows whatever the value)."""
-        key = (group, instant, code)
-        cached = self._grouped.pop(key, None)
-        stale = self._grouped_stale.pop(key, None)
-        if cached is not None and stale:
-            rowids, instants = _moved(
-                cached[1], cached[0], stale, self._columns[instant], INSTANT_ORDER,
-                among=(self._columns[group], code),
-            )  # fmt: skip
-            cached = (instants, rowids)
-        if cached is None:
-            if self._order_at_hand(group):
-                order_of = self._order_of(group)
-                by_group, keys = self._in_order(group, order_of)
-                at = int(order_of.keys(np.array([code]))[0])
-                rowids = by_group[_span(keys, at, at)]  # in rowid order
-                instants = self._columns[instant].take(rowids)
-                by_instant = np.argsort(instants, kind="stable")
-                cached = (instants.take(by_instant), rowids.take(by_instant))
-            else:
-                by_instant, instants = self._in_order(instant, INSTANT_ORDER)
-                holding = np.flatnonzero(self._columns[group].take(by_instant) == code)
-                cached = (instants.take(holding), by_instant.take(holding))
-            cached = (cached[0], cached[1].astype(_rowid_type(self._present), copy=False))
-        self._grouped[key] = cached  # the most recently used last
-        held = sum(instants.nbytes + rowids.nbytes for instants, rowids in self._grouped.values())
-        for oldest in list(self._grouped)[:-1]:
-            if held <= _GROUPED_BYTES_MOST:
-                break
-            held -= sum(array.nbytes for array in self._grouped.pop(oldest))
-            self._grouped_stale.pop(oldest, None)
-        return cached
+        From `group`'s order where it is at hand: each value's rows lie side by side
+        there, ordered by sorting their places in the instant's order (`_places`: 60 us
+        for 6,000 rows, where sorting their instants took 300) or, past the cache, their
+        instants (~0.15 s for a vendor's 2,000,000); else the group's codes read once
+        through the instant's order (~0.15 s at 10,000,000 rows)."""
+        found: dict[int, tuple[Array, Array]] = {}
+        for code in codes:
+            held = self._grouped.pop((group, instant, code), None)
+            if held is not None:
+                self._grouped[(group, instant, code)] = found[code] = held  # used last
+        missing = [code for code in codes if code not in found]
+        if missing:
+            for code, made in zip(
+                missing, self._sorted_values(group, instant, missing), strict=True
+            ):
+                self._grouped[(group, instant, code)] = found[code] = made
+                self._grouped_bytes += _bytes(made)
+            asked = {(group, instant, code) for code in codes}
+            while self._grouped_bytes > _GROUPED_BYTES_MOST:
+                oldest = next(iter(self._grouped))
+                if oldest in asked:
+                    break
+                self._grouped_bytes -= _bytes(self._grouped.pop(oldest))
+        return [found[code] for code in codes]
+
+    def _sorted_values(
+        self, group: str, instant: str, codes: list[int]
+    ) -> Iterator[tuple[Array, Array]]:
+        """For each of `codes`, its rows' instants and rowids sorted by (instant, rowid)."""
+        by_instant, instants = self._in_order(instant, INSTANT_ORDER)
+        rowid_type = _rowid_type(self._present)
+        if not self._order_at_hand(group):
+            held = self._columns[group].take(by_instant)
+            for code in codes:
+                these = np.flatnonzero(held == code)
+                yield instants.take(these), by_instant.take(these).astype(rowid_type)
+            return
+        order_of = self._order_of(group)
+        by_group, keys = self._in_order(group, order_of)
+        for at in map(int, order_of.keys(np.array(codes, np.int64))):
+            rowids = by_group[_span(keys, at, at)]  # in rowid order
+            if len(self._present) <= _CACHED_ROWS_MOST:
+                # Within the cache, sorting their places in the instant's order is 4x
+                # cheaper than sorting their instants (a miss of the query matrix's).
+                these = np.sort(self._places(instant).take(rowids))
+                yield instants.take(these), by_instant.take(these).astype(rowid_type)
+            else:  # without the places' 4 bytes a row of a worker's own memory
+                theirs = self._columns[instant].take(rowids)
+                by_theirs = np.argsort(theirs, kind="stable")
+                yield theirs.take(by_theirs), rowids.take(by_theirs).astype(rowid_type)
+
+    def _places(self, instant: str) -> Array:
+        """Each row's place in `instant`'s order (`_in_order`), by rowid: made once per
+        version of that order (a worker's own, 4 bytes a row; 20 ms at 1,000,000 rows)."""
+        by_instant = self._in_order(instant, INSTANT_ORDER)[0]
+        held = self._placed.get(instant)
+        if held is None or held[0] is not by_instant:
+            places: Array = np.zeros(len(self._present), _rowid_type(self._present))
+            places[by_instant] = np.arange(len(by_instant), dtype=places.dtype)
+            held = self._placed[instant] = (by_instant, places)
+        return held[1]
 
     def kept_by_each(self, query: ApplicantQuery, scope: Scope) -> dict[str, int]:
         """For each column the query tests (its filters', the scope's, the sync
@@ -632,7 +679,7 @@ class _RangeMatches(_Matches):
 
     def _slices(self) -> Array:
         """The matches from the slices of sorted rows that hold them: the instant's
-        (`_in_order`), each value's sorted by instant (`_of_value`), or the group
+        (`_in_order`), each value's sorted by instant (`_of_values`), or the group
         column's (`_group_spans`)."""
         counter = self._counter
         if self._instant is None:
@@ -643,10 +690,10 @@ class _RangeMatches(_Matches):
         if self._group is None:
             rowids, keys = counter._in_order(self._instant, INSTANT_ORDER)
             return rowids[_span(keys, self._low, self._high)]
-        parts = []
-        for code in self._codes:
-            instants, rowids = counter._of_value(self._group, self._instant, code)
-            parts.append(rowids[_span(instants, self._low, self._high)])
+        parts = [
+            rowids[_span(instants, self._low, self._high)]
+            for instants, rowids in counter._of_values(self._group, self._instant, self._codes)
+        ]
         return np.concatenate(parts) if parts else np.empty(0, np.int64)
 
 
@@ -703,12 +750,8 @@ def _taken_out(rowids: Array, batches: list[Array], size: int) -> tuple[Array, A
     return written, stale.take(rowids)
 
 
-def _mark_written(held: dict[_Key, Any], stale: dict[_Key, list[Array]], rowids: Array) -> None:
-    for key in list(held):
-        batches = stale.setdefault(key, [])
-        batches.append(rowids)
-        if sum(len(batch) for batch in batches) > WRITTEN_MERGED_MOST:
-            del held[key], stale[key]
+def _bytes(arrays: tuple[Array, ...]) -> int:
+    return sum(array.nbytes for array in arrays)
 
 
 def _moved(
@@ -717,18 +760,13 @@ def _moved(
     batches: list[Array],
     values: Array,
     order_of: Order,
-    among: tuple[Array, int] | None = None,
 ) -> tuple[Array, Array]:
     """`rowids` in (key, rowid) order and their `keys`, with the rows of `batches`
-    (written over the copy since) taken out and put back where their `values` now sort
-    (with `among`, a column and a code: only those that now hold it): two copies of the
-    order and a binary search a row, where sorting it again costs n log n
-    (`WRITTEN_MERGED_MOST` gives the figures)."""
+    (written over the copy since) taken out and put back where their `values` now sort:
+    two copies of the order and a binary search a row, where sorting it again costs
+    n log n (`WRITTEN_MERGED_MOST` gives the figures)."""
     written, stale = _taken_out(rowids, batches, len(values))
     rowids, keys = rowids[~stale], keys[~stale]
-    if among is not None:
-        column, code = among
-        written = written[column.take(written) == code]
     now = order_of.keys(values.take(written)).astype(keys.dtype)
     by_key = np.lexsort((written, now))
     written, now = written.take(by_key), now.take(by_key)

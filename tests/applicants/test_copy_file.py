@@ -87,7 +87,7 @@ def assert_copy_is_the_database(counter: MatchCounter, path: Path) -> None:
                 row[COLUMNS.index(instant) + 1]
             )
         for code in codes.values():
-            held = counter._of_value(group, instant, code)[0].tolist()
+            held = counter._of_values(group, instant, [code])[0][0].tolist()
             assert held == sorted(by_code.get(code, [])), (group, instant, code)
 
 
