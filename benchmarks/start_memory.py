@@ -118,8 +118,8 @@ def components(db: Path) -> dict[str, Any]:
         found["orders"][column] = timed(started, rowids, keys)
     found["rss_after_orders_mb"] = memory_of(os.getpid())["Rss"]
     started = time.monotonic()
-    [(instants, rowids)] = counter._of_values("integration_vendor", "updated_at", [0])
-    found["value_integration_vendor_updated_at"] = timed(started, instants, rowids)
+    starts, instants = counter._by_group("integration_id", "updated_at")
+    found["group_integration_id_updated_at"] = timed(started, starts, instants)
     found["rss_end_mb"] = memory_of(os.getpid())["Rss"]
     found["end_anonymous_mb"] = memory_of(os.getpid())["Anonymous"]
     found["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024

@@ -86,8 +86,10 @@ def assert_copy_is_the_database(counter: MatchCounter, path: Path) -> None:
             by_code.setdefault(codes[row[COLUMNS.index(group) + 1]], []).append(
                 row[COLUMNS.index(instant) + 1]
             )
-        for code in codes.values():
-            held = counter._of_values(group, instant, [code])[0][0].tolist()
+        starts, instants, _ = counter._by_group(group, instant)
+        assert int(starts[-1]) == len(rows)
+        for code in range(len(starts) - 1):
+            held = instants[starts[code] : starts[code + 1]].tolist()
             assert held == sorted(by_code.get(code, [])), (group, instant, code)
 
 

@@ -204,7 +204,6 @@ def range_clause(column: str, low: Any, high: Any) -> str:
     scattered_part=st.sampled_from((0, 1 << 30)),
     gathered_by_mask=st.sampled_from((0, 1 << 30)),
     cached_rows_most=st.sampled_from((0, 1 << 21)),
-    grouped_bytes_most=st.sampled_from((0, 64 << 20)),
 )
 def test_the_ranges_of_a_seek_hold_the_first_matches(
     seeded: tuple[Path, sqlite3.Connection],
@@ -220,7 +219,6 @@ def test_the_ranges_of_a_seek_hold_the_first_matches(
     scattered_part: int,
     gathered_by_mask: int,
     cached_rows_most: int,
-    grouped_bytes_most: int,
 ) -> None:
     """The first `wanted` matches in the order (the id breaking ties) are the same read
     within the seek's ranges as read without them; the lead range's rows are count(*).
@@ -248,7 +246,6 @@ def test_the_ranges_of_a_seek_hold_the_first_matches(
         mock.patch.object(match_counter, "_SCATTERED_PART", scattered_part),
         mock.patch.object(match_counter, "_GATHERED_BY_MASK", gathered_by_mask),
         mock.patch.object(match_counter, "_CACHED_ROWS_MOST", cached_rows_most),
-        mock.patch.object(match_counter, "_GROUPED_BYTES_MOST", grouped_bytes_most),
     ):
         found = seeded_counter.seek(query, scope, order, wanted, 8192)
     assert found.matches == expected_count(connection, query, scope)
@@ -502,42 +499,28 @@ def test_a_range_of_one_instant_is_counted_without_a_pass_over_the_rows(
     assert all(counted)
 
 
-@pytest.mark.parametrize("kept_bytes", [64 << 20, 0], ids=["kept", "none-kept"])
-@pytest.mark.parametrize("cached_rows_most", [1 << 21, 0], ids=["by-places", "by-instants"])
-@pytest.mark.parametrize("group_order", [True, False], ids=["group-order", "instant-order"])
-def test_a_value_rows_are_in_instant_then_rowid_order(
-    seeded: tuple[Path, sqlite3.Connection],
-    group_order: bool,
-    cached_rows_most: int,
-    kept_bytes: int,
+@pytest.mark.parametrize("radix_code_most", [2**16 - 1, 0], ids=["radix", "compared"])
+def test_a_grouping_holds_each_value_rows_in_instant_then_rowid_order(
+    seeded: tuple[Path, sqlite3.Connection], radix_code_most: int
 ) -> None:
-    """`_of_values`: the rows holding each value, in SQLite's (instant, rowid) order, read
-    from the group's order or from the instant's, whether or not earlier ones are kept;
-    those asked for together are all kept, whatever the budget."""
+    """`_by_group`: under each value's code, its rows in SQLite's (instant, rowid) order,
+    whether the codes are sorted as 16-bit numbers (by radix) or as they are."""
     path, connection = seeded
     counter = caught_up(path)
-    with (
-        mock.patch.object(counter, "_order_at_hand", return_value=group_order),
-        mock.patch.object(match_counter, "_GROUPED_BYTES_MOST", kept_bytes),
-        mock.patch.object(match_counter, "_CACHED_ROWS_MOST", cached_rows_most),
-    ):
+    with mock.patch.object(match_counter, "_RADIX_CODE_MOST", radix_code_most):
         for group in RULES_CODED:
             for instant in INSTANTS:
-                for value, code in counter._codes[group]._codes.items():
+                starts, _, rowids = counter._by_group(group, instant)
+                values = counter._codes[group]._codes
+                assert len(starts) == max(values.values()) + 2
+                for value, code in values.items():
                     expected = connection.execute(
                         f"SELECT rowid FROM applicants WHERE {group} IS ? "
                         f"ORDER BY {instant}, rowid",
                         (value,),
                     ).fetchall()
-                    found = counter._of_values(group, instant, [code])[0][1].tolist()
+                    found = rowids[starts[code] : starts[code + 1]].tolist()
                     assert found == [rowid for (rowid,) in expected], (group, instant, value)
-        asked = sum(len(counter._codes[group]._codes) for group in RULES_CODED) * len(INSTANTS)
-        # Within the budget every value's rows are kept; with none, only the last asked for.
-        assert len(counter._grouped) == (asked if kept_bytes else 1)
-        codes = sorted(counter._codes["property_id"]._codes.values())
-        together = counter._of_values("property_id", "created_at", codes)
-        assert len(together) == len(codes)
-        assert len(counter._grouped) == (asked if kept_bytes else len(codes))
 
 
 @settings(max_examples=200, suppress_health_check=[HealthCheck.function_scoped_fixture])
