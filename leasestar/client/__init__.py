@@ -54,6 +54,10 @@ def __getattr__(name: str) -> Any:
     return getattr(importlib.import_module(f"{__name__}.{_MODULE_OF[name]}"), name)
 
 
+def __dir__() -> list[str]:
+    return sorted(__all__)
+
+
 __all__ = [
     "Applicant",
     "ApplicantList",
