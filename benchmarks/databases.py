@@ -20,6 +20,7 @@ import provenance
 from harness import LEASESTAR, say
 from provenance import ROOT, WORK, shown
 
+from leasestar.applicants import copy_file
 from leasestar.applicants.records import Applicant
 from leasestar.database import PAGE_SIZE, READ_PRAGMAS
 from leasestar.seed.generator import synthetic_applicants
@@ -79,9 +80,11 @@ def ensure_database(rows: int, work: Path = WORK) -> Path:
         stdout=sys.stderr.fileno(),  # its summary with the progress: stdout is for reports
     )
     partial.rename(path)
-    # The columnar copy's file the seed wrote beside it (its name follows the database's):
-    # without it the first server would build it at its start.
-    Path(f"{partial}-columns").rename(f"{path}-columns")
+    # The columnar copy's file the seed wrote beside it (named after the database), if it
+    # could: without it the first server would build it at its start.
+    if copy_file.path_of(partial).exists():
+        copy_file.path_of(partial).rename(copy_file.path_of(path))
+    remove_database(partial)  # what the seed left beside it under that name
     stamp.write_text(fingerprint + "\n")
     say(f"seeded {rows:,} in {time.monotonic() - started:.0f} s")
     return path

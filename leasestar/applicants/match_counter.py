@@ -194,7 +194,7 @@ class MatchCounter(ColumnarCopy):
             # code's rows in (instant, rowid) order: a radix sort of 16-bit codes, ~15x
             # cheaper than sorting the rows by both (1,000,000 rows: 0.26 s -> 0.02 s).
             # Read through the order from a 16-bit copy of the codes, which the cache holds.
-            by_instant, instants = self._in_order(instant, self._order_of(instant))
+            by_instant, instants = self._in_order(instant, INSTANT_ORDER)
             column = self._columns[group]
             if column.max(initial=0) <= _RADIX_CODE_MOST:
                 column = column.astype(np.uint16)
