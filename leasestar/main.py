@@ -20,7 +20,7 @@ from leasestar.allocator import keep_freed_memory
 from leasestar.applicants.changes import ChangeWatcher
 from leasestar.applicants.controller import ApplicantController
 from leasestar.applicants.cursors import CursorCodec
-from leasestar.applicants.direct_route import DirectRecordRoute
+from leasestar.applicants.direct_route import DirectRoutes
 from leasestar.applicants.storage import ApplicantReader
 from leasestar.auth import BearerTokenMiddleware, TokenRegistry
 from leasestar.compression import CompressionMiddleware
@@ -48,9 +48,9 @@ COPY_WAIT_SECONDS = 1.0
 def create_app(settings: Settings | None = None, *, direct_route: bool = True) -> Litestar:
     """Build the Litestar app for a database; the schema is applied on start.
 
-    `direct_route=False` leaves get by id to Litestar's router as well (the direct route
-    answers it in front of the router otherwise: `applicants/direct_route.py`); for the
-    tests and benchmarks that compare the two.
+    `direct_route=False` leaves the list and get by id to Litestar's router as well (the
+    direct routes answer them in front of the router otherwise: `applicants/direct_route.py`);
+    for the tests and benchmarks that compare the two.
     """
     settings = settings or Settings.from_env()
     metrics = Metrics()
@@ -167,11 +167,11 @@ def create_app(settings: Settings | None = None, *, direct_route: bool = True) -
     finish_document(app.openapi_schema)
     # Route middleware only sees matched routes; these must see every request
     # (unknown paths, oversized ones), so they wrap the app's ASGI handler, as
-    # Litestar itself does for CORS. Get by id is answered inside them, in front of
-    # Litestar's router, by the same rules as its route (applicants/direct_route.py).
+    # Litestar itself does for CORS. The list and get by id are answered inside them, in
+    # front of Litestar's router, by the same rules as their routes (direct_route.py).
     handler = cast("ASGIApp", SchemaNotFound(app.asgi_handler, (r.path for r in app.routes)))
     if direct_route:
-        handler = cast("ASGIApp", DirectRecordRoute(handler, app, middleware_of_api))
+        handler = cast("ASGIApp", DirectRoutes(handler, app, middleware_of_api))
     if settings.compression:
         # Compressed answers are 5-7x smaller than the pages: a quarter of the pages'
         # budget keeps more of them than there are pages kept.

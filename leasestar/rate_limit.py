@@ -569,6 +569,18 @@ turns called on directly: a method of the limiter on the way cost a get by id ab
 instructions (callgrind), a sixth of all the cap's work on it."""
 
 
+async def waited_for(turn: Turn, receive: Receive) -> bool:
+    """Wait for a queued request's turn: False when its client left meanwhile (it leaves
+    the queue, nobody is left to answer, and it has no turn to finish). If this raises,
+    the request has no turn to finish either."""
+    turns, key, _ = turn
+    try:
+        await unless_gone(turns.wait_turn(key), receive)
+    except ClientGone:
+        return False
+    return True
+
+
 class SharedRateLimitMiddleware(RateLimitMiddleware):
     """Litestar's rate limiter (its configuration), counting per token in the server's
     `WindowCounter` instead of a store, telling clients their budget in the IETF draft's
@@ -607,13 +619,8 @@ class SharedRateLimitMiddleware(RateLimitMiddleware):
             await self.app(scope, receive, send)
             return
         turns, key, waits = turn
-        if waits:
-            # (if this raises, the request has no turn to finish). A client that leaves
-            # while it waits leaves the queue: nobody is left to answer.
-            try:
-                await unless_gone(turns.wait_turn(key), receive)
-            except ClientGone:
-                return
+        if waits and not await waited_for(turn, receive):
+            return
         try:
             await self.app(scope, receive, send)
         finally:

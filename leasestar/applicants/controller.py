@@ -16,7 +16,7 @@ import asyncio
 import hashlib
 from collections.abc import Mapping
 from functools import lru_cache
-from typing import Annotated, Any, TypeVar, cast
+from typing import Annotated, Any, cast
 from urllib.parse import parse_qsl, unquote_to_bytes
 
 import msgspec
@@ -25,6 +25,7 @@ from litestar.datastructures import State
 from litestar.exceptions import NotFoundException
 from litestar.openapi.spec import OpenAPIType, Operation, Parameter, Schema
 from litestar.params import PathParameter
+from litestar.types import Receive
 
 from leasestar.applicants.changes import ChangeWatcher
 from leasestar.applicants.cursors import CursorCodec, last_record, sort_key_values
@@ -50,7 +51,6 @@ from leasestar.openapi import NDJSON, NOT_MODIFIED, error_responses, operation_c
 from leasestar.tokens import TokenHolder, scope_label
 
 _meta_encoder = msgspec.json.Encoder()
-EnvelopeT = TypeVar("EnvelopeT")
 _JSON = MediaType.JSON
 LIST_RESPONSES = {
     304: NOT_MODIFIED,
@@ -201,12 +201,6 @@ def _etag(scope: Mapping[str, Any], integrations: frozenset[str] | None, version
     return f'W/"{version:x}-{digest.hexdigest()}"'
 
 
-def _json(envelope: type[EnvelopeT], body: bytes, etag: str) -> Response[EnvelopeT]:
-    """Pre-encoded JSON sent as the envelope type the handler declares for OpenAPI: the
-    bytes already have its shape, so Litestar does not encode anything."""
-    return cast("Response[EnvelopeT]", PreEncodedJSON(body, etag=etag, vary=VARY_LIST))
-
-
 async def _scope_version(
     reader: ApplicantReader, integrations: frozenset[str] | None
 ) -> int | None:
@@ -298,27 +292,70 @@ async def _stream(request: Request[TokenHolder, Any, State], codec: CursorCodec)
 
 
 async def _wait_for_changes(
-    request: Request[TokenHolder, Any, State], query: ApplicantQuery, page: ApplicantPage, wait: int
+    state: State,
+    receive: Receive,
+    query: ApplicantQuery,
+    integrations: frozenset[str] | None,
+    page: ApplicantPage,
+    wait: int,
 ) -> ApplicantPage:
     """Hold an empty sync page until a write brings this query records, or `wait` ends,
     or the client leaves."""
-    watcher: ChangeWatcher = request.app.state.change_watcher
-    reader: ApplicantReader = request.app.state.reader
+    watcher: ChangeWatcher = state.change_watcher
+    reader: ApplicantReader = state.reader
     loop = asyncio.get_running_loop()
     deadline = loop.time() + wait
     version = page.data_version
     while loop.time() < deadline:
         try:
-            moved = await unless_gone(watcher.wait_past(version, deadline), request.receive)
+            moved = await unless_gone(watcher.wait_past(version, deadline), receive)
         except ClientGone:
             break  # the page goes nowhere, and the token's turn is handed on now
         if moved is None:
             break
-        page = await reader.fetch_page(query, _scope(request))
+        page = await reader.fetch_page(query, integrations)
         version = max(moved, page.data_version)
         if page.returned:  # else the write was none of this query's business: wait on
             break
     return page
+
+
+async def list_answer(
+    state: State, scope: Mapping[str, Any], receive: Receive, holder: TokenHolder
+) -> PreEncodedJSON:
+    """The answer to `GET /v1/applicants` as a JSON page, from the ASGI scope: what the
+    route's handler serves (but an NDJSON stream), and its direct route in front of
+    Litestar (`direct_route.py`) too.
+
+    Raises `InvalidParameter` for a refused query string or cursor.
+    """
+    integrations = holder.integrations
+    database_codec: CursorCodec = state.cursor_codec
+    codec = database_codec.for_scope(integrations)
+    raw = scope["query_string"]
+    reader: ApplicantReader = state.reader
+    query = _list_query(raw, codec)
+    # Checked here, not in the coroutine: the hot path (no `latest`) pays no await.
+    if query.changed_since == LATEST:
+        query = await resolve_latest(query, reader.data_version)
+    wait = parse_wait(dict(_query_pairs(raw)).get("wait"), sync=query.changed_since is not None)
+    # Each awaited only when there is something to ask (a coroutine is ~0.5 us): a page
+    # for an unscoped token without If-None-Match, the common one, needs neither.
+    scoped = None if integrations is None else await _scope_version(reader, integrations)
+    # A long poll is never answered 304: it waits for the records instead.
+    wanted = None if wait else header_value(scope["headers"], b"if-none-match")
+    if wanted:
+        not_modified = await _not_modified(reader, scope, integrations, scoped, wanted, VARY_LIST)
+        if not_modified is not None:
+            return not_modified
+    page = await reader.fetch_page(query, integrations)
+    if wait and not page.returned:
+        page = await _wait_for_changes(state, receive, query, integrations, page, wait)
+    body = b"".join(
+        (b'{"meta":', _list_meta(query, page, codec), b',"results":[', page.results_json, b"]}")
+    )
+    version = page.data_version if scoped is None else scoped
+    return PreEncodedJSON(body, etag=_etag(scope, integrations, version), vary=VARY_LIST)
 
 
 class ApplicantController(Controller):
@@ -342,39 +379,11 @@ class ApplicantController(Controller):
         self, request: Request[TokenHolder, Any, State]
     ) -> Response[ApplicantList]:
         """Applicants matching the filters and the token's scope, one page at a time."""
-        database_codec: CursorCodec = request.app.state.cursor_codec
-        codec = database_codec.for_scope(_scope(request))
-        raw = request.scope["query_string"]
         if wants_ndjson(header_value(request.scope["headers"], b"accept")):
-            return await _stream(request, codec)
-        reader: ApplicantReader = request.app.state.reader
-        query = _list_query(raw, codec)
-        # Checked here, not in the coroutine: the hot path (no `latest`) pays no await.
-        if query.changed_since == LATEST:
-            query = await resolve_latest(query, reader.data_version)
-        wait = parse_wait(dict(_query_pairs(raw)).get("wait"), sync=query.changed_since is not None)
-        scoped = await _scope_version(reader, _scope(request))
-        # A long poll is never answered 304: it waits for the records instead.
-        wanted = None if wait else header_value(request.scope["headers"], b"if-none-match")
-        not_modified = await _not_modified(
-            reader, request.scope, _scope(request), scoped, wanted, VARY_LIST
-        )
-        if not_modified is not None:
-            return cast("Response[ApplicantList]", not_modified)
-        page = await reader.fetch_page(query, _scope(request))
-        if wait and not page.returned:
-            page = await _wait_for_changes(request, query, page, wait)
-        body = b"".join(
-            (
-                b'{"meta":',
-                _list_meta(query, page, codec),
-                b',"results":[',
-                page.results_json,
-                b"]}",
-            )
-        )
-        version = page.data_version if scoped is None else scoped
-        return _json(ApplicantList, body, _etag(request.scope, _scope(request), version))
+            database_codec: CursorCodec = request.app.state.cursor_codec
+            return await _stream(request, database_codec.for_scope(_scope(request)))
+        answer = await list_answer(request.app.state, request.scope, request.receive, request.user)
+        return cast("Response[ApplicantList]", answer)
 
     @get(
         "/{id:str}",

@@ -1,17 +1,19 @@
-"""The direct route of get by id answers exactly as Litestar's route does.
+"""The direct routes of the list and get by id answer exactly as Litestar's routes do.
 
 Two apps over two copies of one database (tokens included, each with its own rate-limit
 file), one built with the direct route and one without (`create_app(direct_route=False)`),
 are sent the same requests through ASGI. Every answer must be the same: status, every
 header in order (but the request id), body, the access log line (but its id and
-duration) and the metrics. The requests are drawn broadly: valid, unknown and foreign
-ids, odd path segments and paths Litestar normalises, every kind of token, conditional
-requests, encodings, methods, query strings valid and refused, invalid Host headers; the
-rate limit on (and exhausted) and off. Time stands still, so the limit's headers agree.
+duration) and the metrics. The requests are drawn broadly: lists asking for JSON or
+NDJSON, valid, unknown and foreign ids, odd path segments and paths Litestar normalises,
+every kind of token, conditional requests, encodings, methods, query strings valid and
+refused, invalid Host headers; the rate limit on (and exhausted) and off. Time stands
+still, so the limit's headers agree.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import logging
@@ -102,12 +104,21 @@ class Pair:
 
     async def ask(self, app: Litestar, sent: Sent) -> Answer:
         messages: list[dict[str, Any]] = []
+        requests = [{"type": "http.request", "body": b"", "more_body": False}]
+        answered = asyncio.Event()
 
         async def receive() -> dict[str, Any]:
-            return {"type": "http.request", "body": b"", "more_body": False}
+            """The request, then nothing until the answer has ended, then the end of the
+            connection, as uvicorn's (a stream listens for the client's leaving)."""
+            if requests:
+                return requests.pop()
+            await answered.wait()
+            return {"type": "http.disconnect"}
 
         async def send(message: dict[str, Any]) -> None:
             messages.append(message)
+            if message["type"] == "http.response.body" and not message.get("more_body"):
+                answered.set()
 
         before = len(self.lines.lines)
         await app(sent.scope(), receive, send)  # type: ignore[arg-type]
@@ -241,6 +252,19 @@ QUERIES = (
     b"integration_id=int_entrata_01",
     b"cursor=abc",
     b"wait=3",
+    b"changed_since=0&limit=3",
+    b"changed_since=latest",
+    b"fields=id,first_name,email_1&limit=4",
+    b"fields=id,middle_name&offset=2&limit=2",
+    b"fields=nope",
+    b"order-by=updated_at:desc&integration_vendor=entrata&limit=3",
+)
+ACCEPTS = (
+    None,
+    "application/json",
+    "application/x-ndjson",
+    "application/x-ndjson;q=0.5, application/json",
+    "*/*",
 )
 CONDITIONS = (None, "*", " * ", "current", "current-strong", "listed", "other")
 ENCODINGS = (None, "gzip", "br", "zstd", "gzip;q=0, br;q=0.5, zstd", "*", "identity")
@@ -261,9 +285,12 @@ ODD_PATHS = (
 @st.composite
 def requests(draw: st.DrawFn, pair: Pair) -> tuple[Sent, str | None]:
     """A request, and what its If-None-Match should be made of (the ETag is the answer's)."""
-    kind = draw(st.sampled_from(("own", "foreign", "unknown", "text", "odd", "slashes")))
+    kinds = ("list", "list", "own", "foreign", "unknown", "text", "odd", "slashes")
+    kind = draw(st.sampled_from(kinds))
     raw_path = None
-    if kind in ("own", "foreign"):
+    if kind == "list":
+        path = "/v1/applicants"
+    elif kind in ("own", "foreign"):
         path = PREFIX + draw(st.sampled_from(pair.ids[kind]))
     elif kind == "unknown":
         path = PREFIX + "app_" + draw(st.text("0123456789abcdef", min_size=1, max_size=24))
@@ -290,6 +317,9 @@ def requests(draw: st.DrawFn, pair: Pair) -> tuple[Sent, str | None]:
     encoding = draw(st.sampled_from(ENCODINGS))
     if encoding is not None:
         headers.append((b"accept-encoding", encoding.encode()))
+    accept = draw(st.sampled_from(ACCEPTS))
+    if accept is not None:
+        headers.append((b"accept", accept.encode()))
     condition = draw(st.sampled_from(CONDITIONS))
     sent = Sent(
         method=draw(st.sampled_from(METHODS)),
@@ -383,6 +413,34 @@ async def test_each_kind_of_answer_is_met(
         assert (await status(PREFIX + own + "/", bearer)).status == 200
         assert (await status(PREFIX + own, [*bearer, (b"host", b"bad host")])).status == 400
         assert (await status(PREFIX + own, bearer, method="POST")).status == 405
+        # The list: a page, its cursor's page, a 304, a refusal, a stream (Litestar's).
+        page = await status("/v1/applicants", bearer, query=b"limit=2")
+        assert page.status == 200
+        cursor = json.loads(page.body)["meta"]["next"]
+        follow = await status("/v1/applicants", bearer, query=f"cursor={cursor}".encode())
+        assert follow.status == 200
+        assert json.loads(follow.body)["results"]
+        listed = page.header(b"etag")
+        assert listed is not None
+        conditional = [*bearer, (b"if-none-match", listed)]
+        assert (await status("/v1/applicants", conditional, query=b"limit=2")).status == 304
+        assert (await status("/v1/applicants", bearer, query=b"cursor=abc")).status == 400
+        ndjson = [*bearer, (b"accept", b"application/x-ndjson")]
+        streamed = await status("/v1/applicants", ndjson, query=b"limit=")
+        assert streamed.header(b"content-type") == b"application/x-ndjson"
+
+
+async def test_a_long_poll_is_answered_alike(
+    databases: tuple[Path, Path, dict[str, str]], frozen_clock: None
+) -> None:
+    """A long poll with nothing to bring waits out its time on both routes, then answers
+    the same empty page (its position where it started)."""
+    async with pair_of(databases, None) as pair:
+        bearer = [(b"authorization", f"Bearer {pair.tokens['all']}".encode())]
+        sent = Sent(path="/v1/applicants", headers=bearer, query=b"changed_since=latest&wait=1")
+        answer = await pair.both(sent)
+        assert answer.status == 200
+        assert json.loads(answer.body)["results"] == []
 
 
 async def test_the_rate_limit_refuses_alike_on_both(
