@@ -8,8 +8,8 @@ kwargs models, turning the handler's answer into a response and two exception la
 neither route takes a typed parameter (the id is a string taken from the path, and both
 handlers read their query strings themselves). A list page with `limit=1` spent as much
 again in those layers as in its own work (its answer is the same kind of pre-encoded
-bytes): 108 -> 70 us in-process on 100,000 applicants (benchmarks/RESULTS.md, "Pages
-against their floors").
+bytes): 108 -> 71 us in-process on 100,000 applicants (benchmarks/RESULTS.md, "The
+list's direct route").
 
 So this ASGI layer, placed in front of Litestar's ASGI handler (inside the observability,
 hygiene and compression wrappers, which see every request as before), answers the two
