@@ -92,7 +92,7 @@ def authenticate(
     headers: Iterable[tuple[bytes, bytes]], registry: TokenRegistry
 ) -> AuthenticationResult:
     """The holder of the request's bearer token, or `NotAuthorizedException`: the one check
-    of a token, for `BearerTokenMiddleware` and the direct route of get by id alike."""
+    of a token, for `BearerTokenMiddleware` and the direct routes (list, get by id) alike."""
     # The raw header list, not Litestar's Headers: building that object for one lookup
     # cost more than the rest of this check.
     match = _BEARER_TOKEN.fullmatch(header_value(headers, b"authorization") or "")

@@ -571,13 +571,25 @@ instructions (callgrind), a sixth of all the cap's work on it."""
 
 async def waited_for(turn: Turn, receive: Receive) -> bool:
     """Wait for a queued request's turn: False when its client left meanwhile (it leaves
-    the queue, nobody is left to answer, and it has no turn to finish). If this raises,
-    the request has no turn to finish either."""
+    the queue, nobody is left to answer, and it has no turn to finish). If this raises
+    (the request cancelled), the request has no turn to finish either: one handed to it
+    in the moment before is handed on here."""
     turns, key, _ = turn
+    granted = False
+
+    async def wait() -> None:
+        nonlocal granted
+        await turns.wait_turn(key)
+        granted = True
+
     try:
-        await unless_gone(turns.wait_turn(key), receive)
+        await unless_gone(wait(), receive)
     except ClientGone:
         return False
+    except BaseException:
+        if granted:  # the turn came, then the request was cancelled before taking it
+            turns.finish(key)
+        raise
     return True
 
 

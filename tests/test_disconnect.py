@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from leasestar.disconnect import ClientGone, unless_gone
+from leasestar.rate_limit import waited_for
 from leasestar.token_concurrency import TokenConcurrency
 
 
@@ -86,3 +87,25 @@ async def test_cancelling_the_request_cancels_both_waits() -> None:
     with pytest.raises(asyncio.CancelledError):
         await waiting
     assert inner.cancelled()
+
+
+@pytest.mark.parametrize("steps", range(6))
+async def test_a_turn_handed_to_a_request_cancelled_at_once_is_handed_on(steps: int) -> None:
+    """A queued request handed its turn, then cancelled within `steps` turns of the loop
+    (before it took the turn, or after): the token has nothing in progress once it ends."""
+    turns = TokenConcurrency(1)
+    assert turns.try_start("a")  # in progress
+    waiting = asyncio.create_task(waited_for((turns, "a", True), Client().receive))
+    await settle()
+    turns.finish("a")  # the request in progress is done: its turn goes to the waiting one
+    for _ in range(steps):
+        await asyncio.sleep(0)
+    waiting.cancel()
+    try:
+        took = await waiting
+    except asyncio.CancelledError:
+        took = False
+    if took:  # it took the turn before the cancellation reached it: its own to finish
+        turns.finish("a")
+    assert turns.try_start("a")  # nothing in progress, nothing waiting
+    turns.finish("a")

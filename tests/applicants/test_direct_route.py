@@ -487,3 +487,31 @@ async def test_a_fault_is_answered_and_logged_alike(
         assert answer.status == 500
         assert errors.lines == ["unhandled error on GET /v1/applicants/app_x"] * 2
         assert "disk I/O error" not in answer.body.decode()
+
+
+async def test_the_direct_routes_answer_without_litestars_router(
+    databases: tuple[Path, Path, dict[str, str]],
+    frozen_clock: None,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The comparisons above hold whether or not a request takes the direct route: here,
+    a JSON list and a get by id never reach the direct app's router; a stream does."""
+    from litestar._asgi.asgi_router import ASGIRouter
+
+    async with pair_of(databases, RateLimit(10**8, "day")) as pair:
+        routed: list[str] = []
+        route = ASGIRouter.__call__
+
+        async def counting(router: ASGIRouter, scope: Any, receive: Any, send: Any) -> None:
+            if router is pair.direct.asgi_router:
+                routed.append(scope["path"])
+            await route(router, scope, receive, send)
+
+        monkeypatch.setattr(ASGIRouter, "__call__", counting)
+        bearer = [(b"authorization", f"Bearer {pair.tokens['scoped']}".encode())]
+        for path, query in (("/v1/applicants", b"limit=3"), (PREFIX + pair.ids["own"][0], b"")):
+            assert (await pair.both(Sent(path=path, query=query, headers=bearer))).status == 200
+        assert routed == []
+        ndjson = [*bearer, (b"accept", b"application/x-ndjson")]
+        assert (await pair.both(Sent(path="/v1/applicants", headers=ndjson))).status == 200
+        assert routed == ["/v1/applicants"]
