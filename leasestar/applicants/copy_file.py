@@ -195,6 +195,7 @@ def write(
             for column, values in columns:
                 put(column, values)
                 keys = values.take(rowids)
+                del values  # (the build hands each column over alone: freed here)
                 by_key = np.argsort(keys, kind="stable")
                 put(f"order/{column}", rowids.take(by_key))
                 del by_key
