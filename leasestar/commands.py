@@ -132,8 +132,12 @@ def write_columnar_copy(path: Path) -> None:
     a start would otherwise build it or it is due (`ColumnarCopy.write_file`), so the next
     start maps it. What was written is committed either way: a file that cannot be
     written is one line, and a server builds it at its start."""
+    from leasestar.allocator import release_freed_memory
     from leasestar.applicants.columnar_copy import ColumnarCopy  # numpy, for writes alone
 
+    # What the write freed (its rows, the writer's page cache) handed back first: the
+    # build's peak then adds to what the process still holds, not to what it once did.
+    release_freed_memory()
     progress = Progress("columnar copy")
     progress.phase("writing it beside the database, if a start would otherwise build it")
     try:
