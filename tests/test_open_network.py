@@ -155,8 +155,10 @@ def test_endless_header_lines_are_refused_431_with_memory_bounded(server: Server
         server, 5, b"GET /health HTTP/1.1\r\nHost: x\r\n", line, 20 * MIB
     )
     for sent, answer in results:
-        # Refused long before the 20 MB were sent, with the error body.
-        assert sent < 4 * MIB, sent
+        # Refused long before the 20 MB were sent, with the error body. What a client gets
+        # to send is the head's bound plus what the kernel's socket buffers take in before
+        # the refusal reaches it: 4.4 MB once in a loaded CI run, so the bound is 8 MiB.
+        assert sent < 8 * MIB, sent
         status, headers, body = parse_response(answer)
         assert status == 431
         assert headers["connection"] == "close"
