@@ -327,9 +327,8 @@ def test_a_cut_wal_index_kills_a_worker_the_supervisor_names_it_and_starts_anoth
         replaced = serving - set(children(server.process.pid))
         killed = lines_saying(server, "was killed by SIGBUS", len(replaced))
         # A line for each worker the fault killed, naming it. Not one for every worker
-        # replaced (under load a CI run once saw two replaced and one such line, another
-        # none killed at all; the
-        # other gone another way, or its line later than LINES_WITHIN).
+        # replaced: under load a CI run once saw two replaced and one such line (the other
+        # gone another way, or its line later than LINES_WITHIN); not explained yet.
         named = {int(line.split("[", 1)[1].split("]", 1)[0]) for line in killed}
         assert len(named) == len(killed), killed  # one line per worker
         assert named <= replaced, (killed, replaced)
