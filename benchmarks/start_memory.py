@@ -1,16 +1,14 @@
 """Start to ready, and where a worker's memory goes (issue 27; docs/list-planning.md):
-`python benchmarks/start_memory.py DB [--workers N] [--cold] [--components]` prints one
+`python benchmarks/start_memory.py DB [--workers N] [--cold]` prints one
 JSON object. The server is `python -m leasestar` from the current directory: to measure
 another checkout, run from it (`cd OTHER && PYTHONPATH=$PWD python .../start_memory.py DB`)."""
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import json
 import os
-import resource
 import subprocess
 import sys
 import time
@@ -87,57 +85,13 @@ def serve(db: Path, workers: int, cold: bool) -> dict[str, Any]:
     return result
 
 
-def components(db: Path) -> dict[str, Any]:
-    """The copy loaded in this process: the size and time of each part."""
-    import numpy as np
-
-    from leasestar.applicants.columnar_copy import COLUMNS
-    from leasestar.applicants.match_counter import MatchCounter
-
-    def timed(started: float, *arrays: Any) -> dict[str, float]:
-        size = sum(array.nbytes for array in arrays)
-        return {"seconds": round(time.monotonic() - started, 3), "mb": round(size / 1e6, 1)}
-
-    found: dict[str, Any] = {"python_rss_mb": memory_of(os.getpid())["Rss"]}
-    counter = MatchCounter(db)
-    started = time.monotonic()
-    asyncio.run(counter.catch_up())
-    found["copy_seconds"] = round(time.monotonic() - started, 3)
-    mine = memory_of(os.getpid())
-    found["after_copy_private_dirty_mb"] = mine["Private_Dirty"]
-    found["after_copy_anonymous_mb"] = mine["Anonymous"]
-    found["rows"] = counter.rows
-    arrays = [*counter._columns.values(), counter._present]
-    found["copy_columns_mb"] = round(sum(a.nbytes for a in arrays) / 1e6, 1)
-    found["code_table_values"] = {c: len(codes._codes) for c, codes in counter._codes.items()}
-    found["rss_after_copy_mb"] = memory_of(os.getpid())["Rss"]
-    found["orders"] = {}
-    for column in COLUMNS:
-        started = time.monotonic()
-        rowids, keys = counter._in_order(column, counter._order_of(column))
-        found["orders"][column] = timed(started, rowids, keys)
-    found["rss_after_orders_mb"] = memory_of(os.getpid())["Rss"]
-    started = time.monotonic()
-    starts, instants = counter._by_group("integration_id", "updated_at")
-    found["group_integration_id_updated_at"] = timed(started, starts, instants)
-    found["rss_end_mb"] = memory_of(os.getpid())["Rss"]
-    found["end_anonymous_mb"] = memory_of(os.getpid())["Anonymous"]
-    found["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
-    found["numpy"] = np.__version__
-    return found
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("db", type=Path)
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--cold", action="store_true", help="drop the page cache first (root)")
-    parser.add_argument("--components", action="store_true", help="the copy's parts instead")
     args = parser.parse_args()
-    if args.components and args.cold:
-        drop_caches()
-    found = components(args.db) if args.components else serve(args.db, args.workers, args.cold)
-    print(json.dumps(found))
+    print(json.dumps(serve(args.db, args.workers, args.cold)))
 
 
 if __name__ == "__main__":
