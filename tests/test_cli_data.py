@@ -21,7 +21,7 @@ import pytest
 
 from leasestar import commands
 from leasestar.applicants import columnar_copy, copy_file, pipeline
-from leasestar.applicants.columnar_copy import COLUMN_TYPES
+from leasestar.applicants.columnar_copy import COLUMN_TYPES, GROUPINGS
 from leasestar.applicants.match_counter import MatchCounter
 from leasestar.applicants.records import applicant_encoder
 from leasestar.cli import main
@@ -540,7 +540,7 @@ def line_of(record: Any) -> bytes:
 
 def copy_version(path: Path) -> tuple[int, int]:
     """(the data version the copy's file holds, its rows)."""
-    mapped = copy_file.load(path, COLUMN_TYPES)
+    mapped = copy_file.load(path, COLUMN_TYPES, GROUPINGS)
     return mapped.description.identity.change_seq, mapped.description.rows
 
 

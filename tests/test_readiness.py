@@ -24,7 +24,7 @@ import httpx
 import pytest
 
 from leasestar.applicants import copy_file
-from leasestar.applicants.columnar_copy import COLUMN_TYPES
+from leasestar.applicants.columnar_copy import COLUMN_TYPES, GROUPINGS
 from tests.applicants.test_copy_file import seeded
 from tests.servers import ROOT, START_TIMEOUT, UVICORN, children, clean_env, free_port, stop
 from tests.test_hardening import new_token, serve
@@ -125,7 +125,7 @@ def test_health_and_the_first_lists_agree_while_the_copy_is_built(
             time.sleep(0.05)
         assert health.json() == {"status": "ok"}
         # Ready only once the file holds the database at its version.
-        mapped = copy_file.load(path, COLUMN_TYPES)
+        mapped = copy_file.load(path, COLUMN_TYPES, GROUPINGS)
         with contextlib.closing(sqlite3.connect(path)) as connection:
             (version,) = connection.execute("SELECT change_seq FROM sync_state").fetchone()
         assert mapped.description.identity.change_seq == version

@@ -52,6 +52,8 @@ COLUMNS: Final = APPLICANTS.copy_columns
 COLUMN_TYPES: Final = {
     column: np.int32 if column in CODED_COLUMNS else np.int64 for column in COLUMNS
 }
+# The (group, instant) pairs whose rows the file holds grouped (`copy_file.grouped`).
+GROUPINGS: Final = APPLICANTS.copy_groupings
 # The instants read together (one index of schema.sql holds them), and apart.
 _PACKED: Final = APPLICANTS.copy_instant_groups
 # The group the change sequence is in first: every row has one, so reading it marks the
@@ -184,6 +186,8 @@ class ColumnarCopy:
         # those rows moved to where they now sort (`match_counter._in_order`), until they
         # are more than `WRITTEN_MERGED_MOST` (then every order is sorted again).
         self._orders: dict[str, tuple[Array, Array]] = {}
+        # The file's groupings ("group/instant" -> (starts, rowids)), under the same rule.
+        self._groupings: dict[str, tuple[Array, Array]] = {}
         self._written_since_file: list[Array] = []
         self._unchecked: dict[str, tuple[copy_file.Section, copy_file.Section]] = {}
         self._reset()
@@ -329,7 +333,7 @@ class ColumnarCopy:
                 base = self._mapped()
             if only_if_due and base is not None and not self._file_due(base):
                 return False
-            copy_file.write(self._path, *self._built(base))
+            copy_file.write(self._path, *self._built(base), GROUPINGS)
             del base
             release_freed_memory()
             return True
@@ -376,7 +380,7 @@ class ColumnarCopy:
         except (copy_file.Unusable, OSError) as error:
             logger.warning("columnar copy: %s not used: %s; building it again", columns_file, error)
         try:
-            copy_file.write(self._path, *self._built())
+            copy_file.write(self._path, *self._built(), GROUPINGS)
             release_freed_memory()
         except OSError as error:
             logger.warning(
@@ -393,7 +397,7 @@ class ColumnarCopy:
     def _mapped(self) -> copy_file.Mapped:
         """The file mapped, if it is of this database (at its version or before)."""
         self.progress = "the columnar copy is being mapped"
-        mapped = copy_file.load(self._path, COLUMN_TYPES)
+        mapped = copy_file.load(self._path, COLUMN_TYPES, GROUPINGS)
         if set(mapped.description.codes) != set(CODED_COLUMNS):
             raise copy_file.Unusable("its code tables are not of the columns this version codes")
         connection = self._connect()
@@ -541,6 +545,7 @@ class ColumnarCopy:
         self._file = (description.identity.device, description.identity.inode)
         self._changed()
         self._orders = dict(mapped.orders)
+        self._groupings = dict(mapped.groupings)
         self._written_since_file = []
         self._unchecked = dict(mapped.unchecked)
         self._columns_file = mapped.file
@@ -619,17 +624,27 @@ class ColumnarCopy:
         copy since than are moved in an order (`WRITTEN_MERGED_MOST`), or the order is
         damaged (then sorted in this process, one line). The rows written since are
         `_written_since_file`."""
-        order = self._orders.get(column)
-        sections = self._unchecked.pop(column, None)
-        if order is not None and sections is not None and not copy_file.intact(order, sections):
+        return self._file_held(self._orders, column, f"order of {column}")
+
+    def _file_grouping(self, group: str, instant: str) -> tuple[Array, Array] | None:
+        """(starts, rowids) of the grouping as the file holds it, as `_file_order`."""
+        key = copy_file.grouping_key(group, instant)
+        return self._file_held(self._groupings, key, f"grouping {key}")
+
+    def _file_held(
+        self, held: dict[str, tuple[Array, Array]], key: str, what: str
+    ) -> tuple[Array, Array] | None:
+        found = held.get(key)
+        sections = self._unchecked.pop(key, None)
+        if found is not None and sections is not None and not copy_file.intact(found, sections):
             logger.warning(
-                "columnar copy: %s: its order of %s is damaged; sorted here instead",
+                "columnar copy: %s: its %s is damaged; sorted here instead",
                 copy_file.path_of(self._path),
-                column,
+                what,
             )
-            del self._orders[column]
+            del held[key]
             return None
-        return order
+        return found
 
     async def close(self) -> None:
         """Stop a build or a wait for another's at its next step, and wait for it."""
@@ -664,7 +679,7 @@ class ColumnarCopy:
             self._columns[column][where] = values
         self._written_since_file.append(rowids)
         if sum(len(written) for written in self._written_since_file) > WRITTEN_MERGED_MOST:
-            self._orders, self._written_since_file = {}, []
+            self._orders, self._groupings, self._written_since_file = {}, {}, []
         self._written(rowids)
 
     def _written(self, rowids: Array) -> None:
@@ -751,7 +766,7 @@ def _in_memory(
     """A built copy kept in this process (its file could not be written)."""
     rows = int(np.count_nonzero(present))
     description = copy_file.Description(identity, rows, codes, [])
-    return copy_file.Mapped(description, None, present, columns, {}, {})
+    return copy_file.Mapped(description, None, present, columns, {}, {}, {})
 
 
 def _joined(parts: list[Array], dtype: type) -> Array:

@@ -8,8 +8,11 @@ holds only the pages it writes when it follows a change (`columnar_copy.py`).
 
 Layout: a fixed header (`MAGIC`, `FORMAT_VERSION`, where the description lies, its
 length and CRC-32), the sections, each on a page boundary: the presence flags, every
-copied column by rowid, and for each column its rows in key order (rowids and sorted
-keys, what `match_counter` seeks in; `orders`); then the description (`Description`,
+copied column by rowid, for each column its rows in key order (rowids and sorted
+keys, what `match_counter` seeks in; `orders`), and for each grouping a group column's
+rows by code, then instant (where each code's rows start, and their rowids: what a range
+of an instant within one group is counted and listed from; `groupings`); then the
+description (`Description`,
 JSON: which database file and data version the copy is of, its code tables, where each
 section lies and its CRC-32). Codes are numbered in the values' sorted order
 (NULL first, as in SQLite), so a coded column's codes are its sort keys.
@@ -45,12 +48,15 @@ from isal import isal_zlib
 Array = npt.NDArray[Any]
 
 MAGIC: Final = b"LSCOLUMN"
-FORMAT_VERSION: Final = 1
+# 2: the groupings (before them, a worker sorted each in its own memory: 12 bytes a row,
+# 120 MB at ten million, and 0.3-0.4 s of a core the first time it was counted).
+FORMAT_VERSION: Final = 2
 # magic, format version, where the description lies (after the sections), its length, CRC
 _HEADER: Final = struct.Struct("<8sIQII")
 _HEADER_BYTES: Final = 32
 _ALIGN: Final = mmap.PAGESIZE
 _TEMPORARY: Final = ".tmp"  # the suffix of a file being written
+_RADIX_CODE_MOST: Final = 2**16 - 1
 # CRC-32 by ISA-L (zlib's values at 22 GB/s against 4 on this machine: 0.87 GB of columns
 # checked at a start at ten million rows in 0.04 s), 16 MiB at a time, so that a thread
 # checking a file holds the GIL for at most ~1 ms at once.
@@ -62,7 +68,9 @@ class Unusable(Exception):
 
 
 class Section(msgspec.Struct, array_like=True, frozen=True):
-    name: str  # "present", a column, "order/<column>" or "keys/<column>"
+    # "present", a column, "order/<column>", "keys/<column>", or a grouping's
+    # "starts/<group>/<instant>" and "grouping/<group>/<instant>"
+    name: str
     dtype: str
     offset: int
     count: int
@@ -97,10 +105,31 @@ class Mapped:
     present: Array
     columns: dict[str, Array]
     orders: dict[str, tuple[Array, Array]]  # column -> (rowids, keys) in key order
-    # The orders' sections, their CRCs checked when an order is first used (`intact`):
-    # most of the file, which a start then need not read (and a worker never reads the
-    # orders it does not serve).
+    # "group/instant" -> (where each code's rows start, their rowids: `grouped`)
+    groupings: dict[str, tuple[Array, Array]]
+    # The orders' and groupings' sections (by the same keys), their CRCs checked when one
+    # is first used (`intact`): most of the file, which a start then need not read (and a
+    # worker never reads what it does not serve).
     unchecked: dict[str, tuple[Section, Section]]
+
+
+def grouping_key(group: str, instant: str) -> str:
+    return f"{group}/{instant}"
+
+
+def grouped(by_instant: Array, codes: Array) -> tuple[Array, Array]:
+    """(where each code's rows start, the rowids) of the rows in `by_instant` order (an
+    instant's order: (instant, rowid)) by their `codes`, then that order: a stable sort of
+    the codes keeps each code's rows in it. Codes up to 2^16 - 1 are sorted as 16-bit
+    numbers, which numpy sorts by radix: ~15x cheaper than sorting the rows by both
+    (1,000,000 rows: 0.26 s -> 0.02 s)."""
+    if codes.max(initial=0) <= _RADIX_CODE_MOST:
+        codes = codes.astype(np.uint16)
+    in_order = codes.take(by_instant)
+    by_code = np.argsort(in_order, kind="stable")
+    # Each code's rows start after those of the codes before it.
+    starts = np.concatenate(([0], np.cumsum(np.bincount(in_order))))
+    return starts, by_instant.take(by_code)
 
 
 def path_of(database: Path) -> Path:
@@ -161,11 +190,12 @@ def write(
     present: Array,
     columns: Iterable[tuple[str, Array]],
     codes: dict[str, list[str | None]],
+    groupings: Iterable[tuple[str, str]],
 ) -> None:
-    """Write the copy's file whole, with every column's order, and rename it over the
-    path (under `locked`: a temporary file left beside it is a killed writer's, removed
-    here). `columns` is taken one at a time; `codes` (numbered in sorted order) is read
-    once they all have been."""
+    """Write the copy's file whole, with every column's order and the (group, instant)
+    `groupings`, and rename it over the path (under `locked`: a temporary file left beside
+    it is a killed writer's, removed here). `columns` is taken one at a time; `codes`
+    (numbered in sorted order) is read once they all have been."""
     target = path_of(database)
     for left in target.parent.glob(f"{glob.escape(target.name)}.*{_TEMPORARY}"):
         left.unlink(missing_ok=True)
@@ -204,6 +234,20 @@ def write(
                 keys.sort()
                 put(f"keys/{column}", keys)
                 del keys
+            out.flush()
+            for group, instant in groupings:
+                # From what was written (read back through the page cache): every column
+                # has been handed over and freed.
+                by_instant, group_codes = (
+                    _written(temporary, next(s for s in sections if s.name == name))
+                    for name in (f"order/{instant}", group)
+                )
+                starts, grouped_rowids = grouped(by_instant, group_codes)
+                del by_instant, group_codes
+                key = grouping_key(group, instant)
+                put(f"starts/{key}", starts)
+                put(f"grouping/{key}", grouped_rowids)
+                del grouped_rowids
             description = msgspec.json.encode(Description(identity, len(rowids), codes, sections))
             out.seek(offset)
             out.write(description)
@@ -226,12 +270,19 @@ def write(
         raise
 
 
-def load(database: Path, expected: Mapping[str, type]) -> Mapped:
+def _written(path: str, section: Section) -> Array:
+    """A section already written to the file at `path`, read back."""
+    return np.fromfile(path, section.dtype, section.count, offset=section.offset)
+
+
+def load(
+    database: Path, expected: Mapping[str, type], groupings: Iterable[tuple[str, str]]
+) -> Mapped:
     """The copy's file mapped copy-on-write, if it holds the `expected` columns (of
-    those types), the CRC of the presence flags and of every column checked (which also
-    reads them into the page cache, where counting would otherwise fault them in on the
-    first requests; the orders' are checked when first used). Raises `Unusable`;
-    OSError when it cannot be opened at all."""
+    those types) and `groupings`, the CRC of the presence flags and of every column
+    checked (which also reads them into the page cache, where counting would otherwise
+    fault them in on the first requests; the orders' and groupings' are checked when first
+    used). Raises `Unusable`; OSError when it cannot be opened at all."""
     path = path_of(database)
     descriptor = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     try:
@@ -268,31 +319,44 @@ def load(database: Path, expected: Mapping[str, type]) -> Mapped:
             raise Unusable(f"its section {section.name} is damaged")
         arrays[section.name] = np.frombuffer(mapped, dtype, section.count, section.offset)
         sections[section.name] = section
-    _check_shapes(description, arrays, expected)
+    keys = [grouping_key(group, instant) for group, instant in groupings]
+    _check_shapes(description, arrays, expected, keys)
     columns = {column: arrays[column] for column in expected}
-    orders = {c: (arrays[f"order/{c}"], arrays[f"keys/{c}"]) for c in columns}
-    for rowids, keys in orders.values():
-        rowids.flags.writeable = keys.flags.writeable = False
-    unchecked = {c: (sections[f"order/{c}"], sections[f"keys/{c}"]) for c in columns}
+    parts = {c: (f"order/{c}", f"keys/{c}") for c in columns}
+    parts |= {k: (f"starts/{k}", f"grouping/{k}") for k in keys}
+    held = {key: (arrays[first], arrays[second]) for key, (first, second) in parts.items()}
+    for first, second in held.values():
+        first.flags.writeable = second.flags.writeable = False
+    unchecked = {key: (sections[first], sections[second]) for key, (first, second) in parts.items()}
     file = (status.st_dev, status.st_ino)
     present = arrays["present"].view(np.bool_)
-    return Mapped(description, file, present, columns, orders, unchecked)
+    orders = {column: held[column] for column in columns}
+    grouping_arrays = {key: held[key] for key in keys}
+    return Mapped(description, file, present, columns, orders, grouping_arrays, unchecked)
 
 
-def intact(order: tuple[Array, Array], sections: tuple[Section, Section]) -> bool:
-    """Whether a column's order, mapped unchecked (`Mapped.unchecked`), holds what its
-    file's CRCs say."""
-    return all(_crc(a.data.cast("B")) == s.crc for a, s in zip(order, sections, strict=True))
+def intact(held: tuple[Array, Array], sections: tuple[Section, Section]) -> bool:
+    """Whether a column's order or a grouping, mapped unchecked (`Mapped.unchecked`),
+    holds what its file's CRCs say."""
+    return all(_crc(a.data.cast("B")) == s.crc for a, s in zip(held, sections, strict=True))
 
 
 def _check_shapes(
-    description: Description, arrays: dict[str, Array], expected: Mapping[str, type]
+    description: Description,
+    arrays: dict[str, Array],
+    expected: Mapping[str, type],
+    groupings: list[str],
 ) -> None:
     """Raise `Unusable` unless the file holds exactly the expected columns, each as long
-    as the presence flags, and their orders as many rows as are present."""
+    as the presence flags, and their orders and the groupings as many rows as are
+    present."""
     names = {"present", *expected, *(f"{k}/{c}" for c in expected for k in ("order", "keys"))}
+    names |= {f"{k}/{g}" for g in groupings for k in ("starts", "grouping")}
     if set(arrays) != names:
-        raise Unusable("it holds other columns than this version copies")
+        raise Unusable("it holds other columns or groupings than this version copies")
+    for key in groupings:
+        if len(arrays[f"grouping/{key}"]) != description.rows:
+            raise Unusable(f"its grouping {key} does not hold every row")
     size = len(arrays["present"])
     for column, dtype in expected.items():
         if arrays[column].dtype != np.dtype(dtype) or len(arrays[column]) != size:

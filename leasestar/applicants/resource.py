@@ -93,6 +93,21 @@ class ListResource:
         return self.copy_instants + self.copy_codes
 
     @property
+    def copy_groupings(self) -> tuple[tuple[str, str], ...]:
+        """(group, instant): the copy's file holds the rows of each column an equality or
+        the scope tests by code, then by each instant a range tests (the bounds' columns,
+        and `change_seq`, the sync position's), which a range within one group is
+        counted and listed from."""
+        ranged = dict.fromkeys(
+            spec.column for spec in self.filters if spec.broad and not spec.equality
+        )
+        return tuple(
+            (group, instant)
+            for group in self.copy_filtered_codes
+            for instant in ("change_seq", *ranged)
+        )
+
+    @property
     def copy_instant_groups(self) -> tuple[tuple[str, ...], ...]:
         """The copied instants read together: those one index holds (read from it, not
         from the table), then each of the others alone."""

@@ -26,7 +26,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from leasestar.applicants import columnar_copy, copy_file
-from leasestar.applicants.columnar_copy import CODED_COLUMNS, COLUMN_TYPES, COLUMNS
+from leasestar.applicants.columnar_copy import CODED_COLUMNS, COLUMN_TYPES, COLUMNS, GROUPINGS
 from leasestar.applicants.match_counter import MatchCounter
 from leasestar.applicants.pipeline import write_records
 from leasestar.applicants.records import Applicant
@@ -79,14 +79,16 @@ def assert_copy_is_the_database(counter: MatchCounter, path: Path) -> None:
         rowids, _ = counter._in_order(column, counter._order_of(column))
         in_order = sorted(rows, key=lambda row, n=number: sort_key(row[n], row[0]))  # type: ignore[misc]
         assert rowids.tolist() == [row[0] for row in in_order], column
-    for group, instant in (("integration_id", "updated_at"), ("integration_vendor", "change_seq")):
+    for group, instant in GROUPINGS:
         codes = counter._codes[group]._codes
         by_code: dict[int, list[int]] = {}
         for row in rows:
             by_code.setdefault(codes[row[COLUMNS.index(group) + 1]], []).append(
                 row[COLUMNS.index(instant) + 1]
             )
-        starts, instants, _ = counter._by_group(group, instant)
+        starts, instants, rowids = counter._by_group(group, instant)
+        if instants is None:  # the file's grouping: its instants through its rowids
+            instants = counter._columns[instant].take(rowids)
         assert int(starts[-1]) == len(rows)
         for code in range(len(starts) - 1):
             held = instants[starts[code] : starts[code + 1]].tolist()
@@ -113,7 +115,8 @@ def test_a_copy_is_built_once_and_then_mapped(
     caplog.clear()
     second = opened(path)
     assert [r for r in caplog.records if r.name == LOGGER] == []
-    for array in (second._present, *second._columns.values(), *second._orders["city"]):
+    shared = (*second._columns.values(), *second._orders["city"])
+    for array in (second._present, *shared, *second._groupings["property_id/updated_at"]):
         assert not array.flags.owndata
     assert_copy_is_the_database(second, path)
 
@@ -254,7 +257,7 @@ def test_a_damaged_file_is_built_again_with_one_line(
     assert len(lines) == 1, lines
     assert reason in lines[0]
     assert_copy_is_the_database(counter, path)
-    copy_file.load(path, COLUMN_TYPES)
+    copy_file.load(path, COLUMN_TYPES, GROUPINGS)
 
 
 def test_the_file_of_another_database_is_not_used(
@@ -345,7 +348,7 @@ def test_a_file_far_behind_is_written_again_and_mapped(
         return counter
 
     counter = asyncio.run(follow())
-    mapped = copy_file.load(path, COLUMN_TYPES)
+    mapped = copy_file.load(path, COLUMN_TYPES, GROUPINGS)
     assert counter._columns_file == mapped.file
     assert counter._orders
     assert counter._written_since_file == []  # the new file holds every row where it sorts
@@ -375,16 +378,24 @@ def test_a_copy_that_cannot_be_written_is_kept_in_memory_with_one_line(
     assert_copy_is_the_database(counter, path)
 
 
+@pytest.mark.parametrize(
+    ("section", "said"),
+    [
+        ("keys/last_name", "its order of last_name is damaged"),
+        ("grouping/property_id/last_seen", "its grouping property_id/last_seen is damaged"),
+    ],
+)
 def test_a_damaged_order_is_sorted_here_instead_with_one_line(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, section: str, said: str
 ) -> None:
-    """The orders' CRCs are checked when an order is first used, not at the start (most
-    of the file): a damaged one is not used, and the column is sorted in the process."""
+    """The orders' and groupings' CRCs are checked when one is first used, not at the
+    start (most of the file): a damaged one is not used, and it is sorted in the
+    process."""
     path = tmp_path / "served.db"
     seeded(path, 90, seed=19)
     opened(path)
-    mapped = copy_file.load(path, COLUMN_TYPES)
-    (keys,) = [s for s in mapped.description.sections if s.name == "keys/last_name"]
+    mapped = copy_file.load(path, COLUMN_TYPES, GROUPINGS)
+    (keys,) = [s for s in mapped.description.sections if s.name == section]
     del mapped
     with copy_file.path_of(path).open("r+b") as file:
         file.seek(keys.offset + 1)
@@ -395,9 +406,9 @@ def test_a_damaged_order_is_sorted_here_instead_with_one_line(
     caplog.set_level(logging.INFO, LOGGER)
     counter = opened(path)
     assert [r for r in caplog.records if r.name == LOGGER] == []
-    assert_copy_is_the_database(counter, path)  # every order used
+    assert_copy_is_the_database(counter, path)  # every order and grouping used
     (line,) = lines_of(caplog, logging.WARNING)
-    assert "its order of last_name is damaged" in line
+    assert said in line
 
 
 def test_a_copy_built_in_chunks_holds_every_row_once(

@@ -24,8 +24,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from leasestar.applicants import match_counter
-from leasestar.applicants.columnar_copy import read_statements
+from leasestar.applicants import copy_file, match_counter
+from leasestar.applicants.columnar_copy import GROUPINGS, read_statements
 from leasestar.applicants.match_counter import MatchCounter
 from leasestar.applicants.pipeline import write_records
 from leasestar.applicants.query import ApplicantQuery
@@ -499,18 +499,68 @@ def test_a_range_of_one_instant_is_counted_without_a_pass_over_the_rows(
     assert all(counted)
 
 
-@pytest.mark.parametrize("radix_code_most", [2**16 - 1, 0], ids=["radix", "compared"])
-def test_a_grouping_holds_each_value_rows_in_instant_then_rowid_order(
-    seeded: tuple[Path, sqlite3.Connection], radix_code_most: int
+def test_a_range_within_a_group_is_answered_from_the_files_grouping(
+    seeded: tuple[Path, sqlite3.Connection], seeded_values: Values
 ) -> None:
-    """`_by_group`: under each value's code, its rows in SQLite's (instant, rowid) order,
-    whether the codes are sorted as 16-bit numbers (by radix) or as they are."""
+    """Each grouping the copy's file holds answers its shape (a date bound or the sync
+    position, within one value or a scope), counted and listed, with nothing sorted or
+    held in the process's own memory."""
     path, connection = seeded
     counter = caught_up(path)
-    with mock.patch.object(match_counter, "_RADIX_CODE_MOST", radix_code_most):
+    asked = []
+    for group, instant in GROUPINGS:
+        # A row's value and instant: at least that row matches.
+        value, at = connection.execute(
+            f"SELECT {group}, {instant} FROM applicants ORDER BY rowid LIMIT 1 OFFSET ?",
+            (SEEDED // 2,),
+        ).fetchone()
+        filters: list[tuple[str, str | int]] = []
+        changed_since, scope = None, None
+        if instant == "change_seq":
+            changed_since = at - 1
+        else:
+            filters.append((f"{instant}_gte", at))
+        if group == "integration_id":
+            scope = frozenset({value, seeded_values["integration_id"][0]})
+        else:
+            filters.append((group, value))
+        filters.sort(key=lambda pair: FILTER_ORDER.index(pair[0]))
+        asked.append((ApplicantQuery(filters=tuple(filters), changed_since=changed_since), scope))
+    with (
+        mock.patch.object(MatchCounter, "_in_order", side_effect=AssertionError("sorted")),
+        mock.patch.object(MatchCounter, "_matches", side_effect=AssertionError("a pass")),
+    ):
+        for query, scope in asked:
+            count = counter.count(query, scope)
+            assert count == expected_count(connection, query, scope), (query, scope)
+            where, params = where_clause(query, scope)
+            rows = connection.execute(f"SELECT rowid FROM applicants {where}", params)
+            listed = counter._matched(query, scope)
+            assert isinstance(listed, match_counter._RangeMatches)
+            assert sorted(listed._slices().tolist()) == sorted(row for (row,) in rows)
+            assert count > 0
+    assert counter._grouped == {}
+
+
+@pytest.mark.parametrize("in_file", [True, False], ids=["the file's", "sorted here"])
+@pytest.mark.parametrize("radix_code_most", [2**16 - 1, 0], ids=["radix", "compared"])
+def test_a_grouping_holds_each_value_rows_in_instant_then_rowid_order(
+    seeded: tuple[Path, sqlite3.Connection], radix_code_most: int, in_file: bool
+) -> None:
+    """`_by_group`: under each value's code, its rows in SQLite's (instant, rowid) order,
+    as the copy's file holds them or sorted in the process (a file without them), whether
+    the codes are sorted as 16-bit numbers (by radix) or as they are."""
+    path, connection = seeded
+    with mock.patch.object(copy_file, "_RADIX_CODE_MOST", radix_code_most):
+        copy_file.path_of(path).unlink(missing_ok=True)
+        counter = caught_up(path)
+        assert set(counter._groupings) == {f"{g}/{i}" for g, i in GROUPINGS}
+        if not in_file:
+            counter._groupings = {}
         for group in RULES_CODED:
             for instant in INSTANTS:
-                starts, _, rowids = counter._by_group(group, instant)
+                starts, instants, rowids = counter._by_group(group, instant)
+                assert (instants is None) == (in_file and (group, instant) in GROUPINGS)
                 values = counter._codes[group]._codes
                 assert len(starts) == max(values.values()) + 2
                 for value, code in values.items():
