@@ -24,7 +24,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from leasestar.applicants import copy_file, match_counter
+from leasestar.applicants import columnar_copy, copy_file, match_counter
 from leasestar.applicants.columnar_copy import GROUPINGS, read_statements
 from leasestar.applicants.match_counter import MatchCounter
 from leasestar.applicants.pipeline import write_records
@@ -514,18 +514,18 @@ def test_a_range_within_a_group_is_answered_from_the_files_grouping(
             f"SELECT {group}, {instant} FROM applicants ORDER BY rowid LIMIT 1 OFFSET ?",
             (SEEDED // 2,),
         ).fetchone()
-        filters: list[tuple[str, str | int]] = []
-        changed_since, scope = None, None
-        if instant == "change_seq":
-            changed_since = at - 1
-        else:
-            filters.append((f"{instant}_gte", at))
-        if group == "integration_id":
-            scope = frozenset({value, seeded_values["integration_id"][0]})
-        else:
-            filters.append((group, value))
-        filters.sort(key=lambda pair: FILTER_ORDER.index(pair[0]))
-        asked.append((ApplicantQuery(filters=tuple(filters), changed_since=changed_since), scope))
+        # Each side alone, and both at the row's own instant (ties at both ends).
+        sides = [("gte",), ("lte",), ("gte", "lte")] if instant != "change_seq" else [()]
+        for bounds in sides:
+            filters: list[tuple[str, str | int]] = [(f"{instant}_{side}", at) for side in bounds]
+            changed_since, scope = (at - 1 if instant == "change_seq" else None), None
+            if group == "integration_id":
+                scope = frozenset({value, seeded_values["integration_id"][0]})
+            else:
+                filters.append((group, value))
+            filters.sort(key=lambda pair: FILTER_ORDER.index(pair[0]))
+            query = ApplicantQuery(filters=tuple(filters), changed_since=changed_since)
+            asked.append((query, scope))
     with (
         mock.patch.object(MatchCounter, "_in_order", side_effect=AssertionError("sorted")),
         mock.patch.object(MatchCounter, "_matches", side_effect=AssertionError("a pass")),
@@ -540,6 +540,42 @@ def test_a_range_within_a_group_is_answered_from_the_files_grouping(
             assert sorted(listed._slices().tolist()) == sorted(row for (row,) in rows)
             assert count > 0
     assert counter._grouped == {}
+
+
+def test_past_the_rows_moved_the_files_groupings_are_left_for_sorted_ones(
+    tmp_path: Path,
+) -> None:
+    """More rows written over the copy than are moved in an order (`WRITTEN_MERGED_MOST`,
+    lowered here): the file's orders and groupings are no longer used (they lack those
+    rows), and every range within a group counts what SQLite does."""
+    path = tmp_path / "written.db"
+    connection = open_for_write(path)
+    try:
+        write_records(connection, synthetic_applicants(80, seed=5))
+        with (
+            mock.patch.object(columnar_copy, "WRITTEN_MERGED_MOST", 5),
+            mock.patch.object(match_counter, "WRITTEN_MERGED_MOST", 5),
+        ):
+            counter = caught_up(path)
+            assert counter._groupings
+            write_records(connection, synthetic_applicants(30, seed=9))
+            caught_up(path, counter)
+            assert counter._groupings == {}
+            assert counter._orders == {}
+            values = values_in(connection)
+            for group, instant in GROUPINGS:
+                for value in values[group][:3]:
+                    for at in values[instant][::20]:
+                        query = ApplicantQuery(
+                            filters=((f"{instant}_lte", at), (group, value))
+                            if instant != "change_seq"
+                            else ((group, value),),
+                            changed_since=at if instant == "change_seq" else None,
+                        )
+                        count = counter.count(query, None)
+                        assert count == expected_count(connection, query, None), query
+    finally:
+        connection.close()
 
 
 @pytest.mark.parametrize("in_file", [True, False], ids=["the file's", "sorted here"])
