@@ -41,10 +41,12 @@ from typing import TYPE_CHECKING, Any, Final
 if TYPE_CHECKING:
     from uvicorn.supervisors import Multiprocess
 
-_SIGBUS_CAUSE: Final = (
-    " (a file it had mapped was cut short: the database's -shm, SQLite's WAL index, or "
-    "the database itself)"
-)
+_CAUSES: Final = {
+    signal.SIGBUS: " (a file it had mapped was cut short: the database's -shm, SQLite's WAL "
+    "index, or the database itself)",
+    signal.SIGKILL: " (by the system's out-of-memory killer, or by its supervisor when it "
+    "stopped answering the supervisor's health check)",
+}
 _PR_SET_PDEATHSIG: Final = 1
 # Set by the parent for the workers uvicorn spawns: the pid they die with.
 SUPERVISOR_VARIABLE: Final = "LEASESTAR_SUPERVISOR_PID"
@@ -63,7 +65,7 @@ def name_death(pid: int, signum: int) -> None:
         "worker process [%d] was killed by %s%s; starting another",
         pid,
         signal.Signals(signum).name,
-        _SIGBUS_CAUSE if signum == signal.SIGBUS else "",
+        _CAUSES.get(signal.Signals(signum), ""),
     )
 
 
@@ -74,14 +76,15 @@ def naming_supervisor(supervisor: type[Multiprocess]) -> type[Multiprocess]:
 
     class NamingSupervisor(supervisor):  # type: ignore[valid-type,misc]
         def keep_subprocess_alive(self) -> None:
-            if not self.should_exit.is_set():
-                for worker in self.processes:
-                    # (None while it runs; does not wait.) A dead worker is replaced
-                    # below, in this same call: it is named once.
-                    code = worker.process.exitcode
-                    if code is not None and code < 0:
-                        name_death(worker.pid, -code)
+            # Named once uvicorn has replaced it, from its exit status then: a check
+            # before would miss a worker that dies while uvicorn pings the others (up to
+            # its health check's timeout each), and one it kills for not answering.
+            before = list(self.processes)
             super().keep_subprocess_alive()
+            for old, new in zip(before, self.processes, strict=True):
+                code = old.process.exitcode
+                if new is not old and code is not None and code < 0:
+                    name_death(old.pid, -code)
 
     return NamingSupervisor
 

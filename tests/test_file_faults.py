@@ -297,7 +297,10 @@ def test_a_cut_wal_index_kills_a_worker_the_supervisor_names_it_and_starts_anoth
     full run in six under load saw none die in 30 s: the file had been made long again
     (zero-filled, which SQLite takes for an index to rebuild) before either read it. So
     the test waits for a death or 20 answers, whichever comes first, and holds the
-    server to naming exactly the workers that were replaced."""
+    server to naming exactly the workers that were replaced. (A CI run under load once
+    saw two replaced and one named: the supervisor looked for dead workers before
+    uvicorn's pass, which pings each for up to 5 s, and one died meanwhile. They are now
+    named after that pass, from the exit status of each worker it replaced.)"""
     shm = Path(f"{db}-shm")
     with serve(db, "--rate-limit", "off", "--log-format", "json", "--workers", workers) as server:
         before = total(server, token)
@@ -325,15 +328,15 @@ def test_a_cut_wal_index_kills_a_worker_the_supervisor_names_it_and_starts_anoth
         assert answered == expected
         assert server.process.poll() is None
         replaced = serving - set(children(server.process.pid))
-        killed = lines_saying(server, "was killed by SIGBUS", len(replaced))
-        # A line for each worker the fault killed, naming it. Not one for every worker
-        # replaced: under load a CI run once saw two replaced and one such line (the other
-        # gone another way, or its line later than LINES_WITHIN); not explained yet.
+        killed = lines_saying(server, "was killed by", len(replaced))
+        # A line for each worker replaced, naming it and its signal: SIGBUS for the fault,
+        # or SIGKILL where uvicorn's supervisor killed a worker that did not answer its
+        # health check in time (under load).
         named = {int(line.split("[", 1)[1].split("]", 1)[0]) for line in killed}
         assert len(named) == len(killed), killed  # one line per worker
-        assert named <= replaced, (killed, replaced)
+        assert named == replaced, (killed, replaced)
         for line in killed:
-            assert line.endswith(
+            assert "was killed by SIGKILL" in line or line.endswith(
                 "was killed by SIGBUS (a file it had mapped was cut short: the database's "
                 "-shm, SQLite's WAL index, or the database itself); starting another"
             )

@@ -42,6 +42,19 @@ def alive(pid: int) -> bool:
     return state != "Z"
 
 
+def spawned_workers(pid: int) -> set[int]:
+    """The workers uvicorn's supervisor `pid` spawned (not multiprocessing's resource
+    tracker, also its child)."""
+    found = set()
+    for child in children(pid):
+        try:
+            if b"spawn_main" in Path(f"/proc/{child}/cmdline").read_bytes():
+                found.add(child)
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+    return found
+
+
 def wait_gone(pid: int) -> None:
     deadline = time.monotonic() + GONE_WITHIN
     while alive(pid):
@@ -69,8 +82,60 @@ def test_a_worker_killed_by_a_signal_is_named_and_replaced(db: Path, token: str)
         assert server.worker_pid != first
         assert server.process.poll() is None
         assert lines_saying(server, "was killed by", 1) == [
-            f"worker process [{first}] was killed by SIGKILL; starting another"
+            f"worker process [{first}] was killed by SIGKILL (by the system's out-of-memory "
+            "killer, or by its supervisor when it stopped answering the supervisor's health "
+            "check); starting another"
         ]
+
+
+def test_a_worker_of_several_killed_by_a_signal_is_named_once_and_replaced(
+    db: Path, token: str
+) -> None:
+    """Under uvicorn's supervisor (`--workers 2`): the worker killed is named once, by
+    its pid and signal, and another takes its place."""
+    rows = query_one(db, "SELECT count(*) FROM applicants")
+    with serve(db, "--rate-limit", "off", "--log-format", "json", "--workers", "2") as server:
+        assert total(server, token) == rows
+        first, _ = sorted(spawned_workers(server.process.pid))
+        os.kill(first, signal.SIGKILL)
+        wait_gone(first)
+        deadline = time.monotonic() + GONE_WITHIN
+        serving = spawned_workers(server.process.pid)
+        while first in serving or len(serving) < 2:
+            assert time.monotonic() < deadline, server.log()
+            time.sleep(0.1)
+            serving = spawned_workers(server.process.pid)
+        assert total(server, token) == rows
+        lines = lines_saying(server, "was killed by", 1)
+        assert lines == [
+            f"worker process [{first}] was killed by SIGKILL (by the system's out-of-memory "
+            "killer, or by its supervisor when it stopped answering the supervisor's health "
+            "check); starting another"
+        ]
+        time.sleep(1.5)  # three more passes of the supervisor: still named once
+        assert len(lines_saying(server, "was killed by")) == 1
+
+
+def test_a_worker_that_stops_answering_its_supervisor_is_killed_named_and_replaced(
+    db: Path, token: str
+) -> None:
+    """A worker that no longer answers uvicorn's health check (stopped here with SIGSTOP,
+    as a worker stuck holding the interpreter would be) is killed by the supervisor after
+    its timeout and replaced: named once, by its pid and SIGKILL. (Named from a check
+    before uvicorn's pass, it was not: it was alive then.)"""
+    rows = query_one(db, "SELECT count(*) FROM applicants")
+    with serve(db, "--rate-limit", "off", "--log-format", "json", "--workers", "2") as server:
+        assert total(server, token) == rows
+        stuck, _ = sorted(spawned_workers(server.process.pid))
+        os.kill(stuck, signal.SIGSTOP)
+        lines = lines_saying(server, "was killed by", 1)
+        assert lines == [
+            f"worker process [{stuck}] was killed by SIGKILL (by the system's out-of-memory "
+            "killer, or by its supervisor when it stopped answering the supervisor's health "
+            "check); starting another"
+        ], server.log()
+        wait_gone(stuck)
+        assert total(server, token) == rows
 
 
 @pytest.mark.parametrize("stop_with", [signal.SIGTERM, signal.SIGINT])
