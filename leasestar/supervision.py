@@ -81,7 +81,9 @@ def naming_supervisor(supervisor: type[Multiprocess]) -> type[Multiprocess]:
             # its health check's timeout each), and one it kills for not answering.
             before = list(self.processes)
             super().keep_subprocess_alive()
-            for old, new in zip(before, self.processes, strict=True):
+            # (Not strict: a pass that changed how many workers there are names none
+            # rather than stopping the supervisor.)
+            for old, new in zip(before, self.processes, strict=False):
                 code = old.process.exitcode
                 if new is not old and code is not None and code < 0:
                     name_death(old.pid, -code)
