@@ -117,15 +117,20 @@ def grouping_key(group: str, instant: str) -> str:
     return f"{group}/{instant}"
 
 
+def radix_codes(codes: Array) -> Array:
+    """`codes` as 16-bit numbers where they fit (as they are when they already are)."""
+    if codes.max(initial=0) <= _RADIX_CODE_MOST:
+        return codes.astype(np.uint16, copy=False)
+    return codes
+
+
 def grouped(by_instant: Array, codes: Array) -> tuple[Array, Array]:
     """(where each code's rows start, the rowids) of the rows in `by_instant` order (an
     instant's order: (instant, rowid)) by their `codes`, then that order: a stable sort of
     the codes keeps each code's rows in it. Codes up to 2^16 - 1 are sorted as 16-bit
     numbers, which numpy sorts by radix: ~15x cheaper than sorting the rows by both
     (1,000,000 rows: 0.26 s -> 0.02 s)."""
-    if codes.max(initial=0) <= _RADIX_CODE_MOST:
-        codes = codes.astype(np.uint16)
-    in_order = codes.take(by_instant)
+    in_order = radix_codes(codes).take(by_instant)
     by_code = np.argsort(in_order, kind="stable")
     # Each code's rows start after those of the codes before it.
     starts = np.concatenate(([0], np.cumsum(np.bincount(in_order))))
@@ -235,19 +240,23 @@ def write(
                 put(f"keys/{column}", keys)
                 del keys
             out.flush()
+            # From what was written (read back through the page cache: every column has
+            # been handed over and freed), each group's codes and each instant's order
+            # read once: at ten million rows 20 MB of 16-bit codes and 40 MB an order.
+            written = {section.name: section for section in sections}
+            orders: dict[str, Array] = {}
+            group_codes: tuple[str, Array] | None = None
             for group, instant in groupings:
-                # From what was written (read back through the page cache): every column
-                # has been handed over and freed.
-                by_instant, group_codes = (
-                    _written(temporary, next(s for s in sections if s.name == name))
-                    for name in (f"order/{instant}", group)
-                )
-                starts, grouped_rowids = grouped(by_instant, group_codes)
-                del by_instant, group_codes
+                if group_codes is None or group_codes[0] != group:
+                    group_codes = group, radix_codes(_written(temporary, written[group]))
+                if instant not in orders:
+                    orders[instant] = _written(temporary, written[f"order/{instant}"])
+                starts, grouped_rowids = grouped(orders[instant], group_codes[1])
                 key = grouping_key(group, instant)
                 put(f"starts/{key}", starts)
                 put(f"grouping/{key}", grouped_rowids)
                 del grouped_rowids
+            del orders, group_codes
             description = msgspec.json.encode(Description(identity, len(rowids), codes, sections))
             out.seek(offset)
             out.write(description)
