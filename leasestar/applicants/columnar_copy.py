@@ -60,6 +60,11 @@ _PACKED: Final = APPLICANTS.copy_instant_groups
 # rows present before any other column is asked for.
 _PACKED_FIRST: Final = sorted(_PACKED, key=lambda group: "change_seq" not in group)
 _HEX: Final = "%016x"  # a 64-bit integer (two's complement) as 16 hex digits
+# A rowid below 2^32 as 8 hex digits: what a whole build reads each value's rowids as,
+# when every rowid is. Half the text of `_HEX`: the rowids of the value most rows hold
+# (middle_name's NULL, 55 %) were one string of 88 MB at ten million rows, in SQLite and
+# again in Python, and made the build's peak.
+_ROWID_HEX: Final = "%08x"
 # Rows a whole build reads in one statement (`_packed_whole`): ~100 MB of text for four
 # columns.
 _CHUNK_ROWS: Final = 1 << 20
@@ -470,7 +475,8 @@ class ColumnarCopy:
             raise
         rows = int(np.count_nonzero(present))
         numbered: dict[str, list[str | None]] = {}
-        _, grouped_sql = read_statements("")
+        narrow = top < 2**32
+        _, grouped_sql = read_statements("", narrow_rowids=narrow)
 
         def columns() -> Iterator[tuple[str, Array]]:
             try:
@@ -490,7 +496,7 @@ class ColumnarCopy:
                     codes = Codes()
                     held = np.zeros(len(present), np.int32)
                     for value, packed in connection.execute(sql):
-                        held[_unhex(packed)] = codes.code(value)
+                        held[_unhex(packed, narrow=narrow)] = codes.code(value)
                     yield column, _renumbered(column, codes, held, numbered)
             finally:
                 connection.close()
@@ -715,16 +721,18 @@ def _many_since(written: int, rows: int) -> bool:
     return written >= max(_REWRITE_LEAST, rows // _REWRITE_SHARE)
 
 
-def read_statements(where: str) -> tuple[list[str], list[str]]:
+def read_statements(where: str, *, narrow_rowids: bool = False) -> tuple[list[str], list[str]]:
     """The statements that read the copy's columns (`ColumnarCopy._read`): the instants
-    packed per row, then per coded column its rowids packed per value."""
+    packed per row, then per coded column its rowids packed per value (as `_ROWID_HEX`
+    if `narrow_rowids`: every rowid is below 2^32)."""
+    rowid = _ROWID_HEX if narrow_rowids else _HEX
     packed = [
         f"SELECT group_concat(printf('{_HEX * (1 + len(columns))}', "
         f"{', '.join(('rowid', *columns))}), '') FROM {APPLICANTS.table} {where}"
         for columns in _PACKED
     ]
     grouped = [
-        f"SELECT {column}, group_concat(printf('{_HEX}', rowid), '') "
+        f"SELECT {column}, group_concat(printf('{rowid}', rowid), '') "
         f"FROM {APPLICANTS.table} {where} GROUP BY {'+' if where else ''}{column}"
         for column in CODED_COLUMNS
     ]
@@ -752,9 +760,10 @@ def _handed_over(arrays: dict[str, Array]) -> Iterator[tuple[str, Array]]:
         yield column, arrays.pop(column)
 
 
-def _unhex(packed: str | None) -> Array:
-    """The integers of `_HEX` digits run together (None: no rows)."""
-    return np.frombuffer(bytes.fromhex(packed or ""), ">i8").astype(np.int64)
+def _unhex(packed: str | None, *, narrow: bool = False) -> Array:
+    """The integers of `_HEX` digits (`_ROWID_HEX` if `narrow`) run together (None: no
+    rows)."""
+    return np.frombuffer(bytes.fromhex(packed or ""), ">u4" if narrow else ">i8").astype(np.int64)
 
 
 def _in_memory(

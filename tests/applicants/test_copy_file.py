@@ -414,9 +414,31 @@ def test_a_damaged_order_is_sorted_here_instead_with_one_line(
 def test_a_copy_built_in_chunks_holds_every_row_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A whole build reads the instants `_CHUNK_ROWS` rows at a time: chunks of 7 over 150
-    rows (no multiple of 7) leave no row out and read none twice."""
+    """A whole build reads the instants `_CHUNK_ROWS` rows at a time, and the rowids of a
+    value more rows than that hold (middle_name's NULL among them) as many at a time:
+    chunks of 7 over 150 rows (no multiple of 7) leave no row out and read none twice."""
     monkeypatch.setattr(columnar_copy, "_CHUNK_ROWS", 7)
     path = tmp_path / "chunked.db"
     seeded(path, 150, seed=8)
     assert_copy_is_the_database(opened(path), path)
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(
+    st.lists(st.tuples(st.integers(-3, 40), st.integers(1, 5)), max_size=60),
+    st.sampled_from([np.int32, np.int64]),
+)
+def test_rows_in_key_order_are_sorted_by_key_then_rowid(
+    rows: list[tuple[int, int]], dtype: type
+) -> None:
+    """Codes sorted with their rowids as one integer, or instants by argsort: either way
+    each row's rowid in (key, rowid) order and the keys beside them, as Python sorts them
+    (negative codes, which no build writes, take the argsort)."""
+    keys = np.array([key for key, _ in rows], dtype)
+    rowids = np.cumsum([gap for _, gap in rows], dtype=np.int64).astype(np.int32)
+    expected = sorted(zip(keys.tolist(), rowids.tolist(), strict=True))
+    held = dict(copy_file._in_key_order(keys.copy(), rowids))
+    assert held["order"].tolist() == [rowid for _, rowid in expected]
+    assert held["keys"].tolist() == [key for key, _ in expected]
+    assert held["order"].dtype == rowids.dtype
+    assert held["keys"].dtype == keys.dtype
