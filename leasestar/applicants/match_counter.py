@@ -168,7 +168,7 @@ class MatchCounter(ColumnarCopy):
         for value in values:
             code = self._codes[group].of(value)
             if 0 <= code < len(grouping[0]) - 1:
-                span = _group_span(grouping, code, low, high, self._columns[instant])
+                span = _group_span(grouping, code, low, high, self._column(instant))
                 counted += span.stop - span.start
         return counted
 
@@ -188,7 +188,7 @@ class MatchCounter(ColumnarCopy):
         key = copy_file.grouping_key(group, instant)
         cached = self._grouped.get(key)
         stale = self._grouped_stale.pop(key, None)
-        groups, instants = self._columns[group], self._columns[instant]
+        groups, instants = self._column(group), self._column(instant)
         if cached is not None and stale:
             cached = self._grouped[key] = _regrouped(*cached, stale, groups, instants)
         if cached is not None:
@@ -282,7 +282,7 @@ class MatchCounter(ColumnarCopy):
             ties = _span(keys, low, low)
             if within.listed_cheaply and count < ties.stop - ties.start:
                 listed = within.rowids()
-                listed = listed[order_of.keys(self._columns[key.field].take(listed)) == low]
+                listed = listed[order_of.keys(self._column(key.field).take(listed)) == low]
             else:
                 tied = rowids[ties]
                 listed = tied[within.at(tied)]
@@ -306,7 +306,7 @@ class MatchCounter(ColumnarCopy):
         they are that few, else from the rows in that range of the order."""
         if count <= most:
             matched = within.rowids()
-            keys_of = order_of.keys(self._columns[column].take(matched))
+            keys_of = order_of.keys(self._column(column).take(matched))
             return matched[(keys_of >= low) & (keys_of <= high)]
         rowids, keys = self._in_order(column, order_of)
         start = np.searchsorted(keys, keys.dtype.type(low), "left")
@@ -357,7 +357,7 @@ class MatchCounter(ColumnarCopy):
         """(low, high, stepped) of the first `wanted` matches in `key`'s order, from
         every match's key: for few matches, or matches the order meets late."""
         # Gathered by position: a boolean mask branches on every row (~8x slower).
-        keys = order_of.keys(self._columns[key.field].take(within.gathered()))
+        keys = order_of.keys(self._column(key.field).take(within.gathered()))
         take = min(wanted, len(keys))
         if key.direction == "asc":
             low, high = keys.min(), np.partition(keys, take - 1)[take - 1]
@@ -406,7 +406,7 @@ class MatchCounter(ColumnarCopy):
         if cached is not None and cached[0] is not order_of:
             cached = None  # the column's values were numbered again (a new value)
         if cached is not None and stale:
-            values = self._columns[column]
+            values = self._column(column)
             cached = self._sorted[column] = (
                 order_of,
                 *_moved(*cached[1:], stale, values, order_of),
@@ -416,13 +416,13 @@ class MatchCounter(ColumnarCopy):
             # since moved (the result is this worker's own).
             stored = self._file_order(column)
             if stored is not None and self._written_since_file:
-                values = self._columns[column]
+                values = self._column(column)
                 stored = _moved(*stored, self._written_since_file, values, order_of)
             if stored is not None:
                 cached = self._sorted[column] = (order_of, *stored)
         if cached is None:
             present = np.flatnonzero(self._present)
-            keys = order_of.keys(self._columns[column].take(present))
+            keys = order_of.keys(self._column(column).take(present))
             by_key = np.argsort(keys, kind="stable")
             rowids: Array = present.take(by_key).astype(_rowid_type(self._present))
             cached = self._sorted[column] = (order_of, rowids, keys.take(by_key))
@@ -445,7 +445,7 @@ class MatchCounter(ColumnarCopy):
 
     def _kept(self, test: CopyTest) -> Array:
         """The rows one test keeps (rows no longer present included)."""
-        values = self._columns[test.column]
+        values = self._column(test.column)
         kept: Array
         if isinstance(test, Within):
             # One comparison where one side is open: the common date bound.
@@ -547,16 +547,16 @@ class _RangeMatches(_Matches):
             made[self.gathered()] = True
             self._made = made
         if self._made is None:
-            columns = self._counter._columns
+            column = self._counter._column
             made = self._counter._present.copy()
             if self._instant is not None:
-                instants = columns[self._instant]
+                instants = column(self._instant)
                 if self._low > _LOWEST:
                     made &= instants >= self._low
                 if self._high < _HIGHEST:
                     made &= instants <= self._high
             if self._group is not None:
-                made &= _holds_any(columns[self._group], self._codes)
+                made &= _holds_any(column(self._group), self._codes)
             self._made = made
         return self._made
 
@@ -574,16 +574,16 @@ class _RangeMatches(_Matches):
         self._asked += len(rowids)
         if self._made is not None or self._asked * _GATHERED_PART > len(self._counter._present):
             return self.mask().take(rowids)
-        columns = self._counter._columns
+        column = self._counter._column
         kept: Array = self._counter._present.take(rowids)
         if self._instant is not None:
-            instants = columns[self._instant].take(rowids)
+            instants = column(self._instant).take(rowids)
             if self._low > _LOWEST:
                 kept &= instants >= self._low
             if self._high < _HIGHEST:
                 kept &= instants <= self._high
         if self._group is not None:
-            kept &= _holds_any(columns[self._group].take(rowids), self._codes)
+            kept &= _holds_any(column(self._group).take(rowids), self._codes)
         return kept
 
     @property
@@ -634,7 +634,7 @@ class _RangeMatches(_Matches):
             rowids, keys = counter._in_order(self._instant, INSTANT_ORDER)
             return rowids[_span(keys, self._low, self._high)]
         grouping = counter._by_group(self._group, self._instant)
-        instants = counter._columns[self._instant]
+        instants = counter._column(self._instant)
         parts = [
             grouping[2][_group_span(grouping, code, self._low, self._high, instants)]
             for code in self._codes

@@ -23,7 +23,7 @@ import msgspec
 from leasestar.applicants import plan, planner
 from leasestar.applicants.bodies import DICTIONARIES, BodyDecoder, UnknownDictionary
 from leasestar.applicants.caches import LRU, RecentPages
-from leasestar.applicants.columnar_copy import Closing
+from leasestar.applicants.columnar_copy import Closing, DamagedColumn
 from leasestar.applicants.cursors import KeyValue, last_record, last_record_start, sort_key_values
 from leasestar.applicants.fields import from_columns, project, project_record
 from leasestar.applicants.match_counter import MatchCounter
@@ -235,7 +235,10 @@ class ApplicantReader:
             key = (planner.shape(query), scope, self._counter.version)
             how = self._choices.get(key) or self._rowid_choices.get(key)
             if how is None:
-                read_plan = planner.choose(query, scope, self._counter)
+                try:
+                    read_plan = planner.choose(query, scope, self._counter)
+                except DamagedColumn:  # no longer ready (built again): chosen without it
+                    return await self._choose(query, scope)
                 how = read_plan.how
                 choices = self._rowid_choices if how.read is Read.ROWIDS else self._choices
                 choices.put(key, how)
@@ -350,9 +353,12 @@ class ApplicantReader:
         matches = plan.matches(query, scope)
         if not await self._counts_by_copy(query):
             return await self._count(matches)
-        if self._counter.version != version:
-            await self._counter.catch_up()
-        counted = self._counter.count(query, scope)
+        try:
+            if self._counter.version != version:
+                await self._counter.catch_up()
+            counted = self._counter.count(query, scope)
+        except DamagedColumn:  # no longer ready (built again): counted without it
+            return await self._count(matches)
         counted_version = cast("int", self._counter.version)
         self._remember_total(matches, counted_version, counted)
         return counted_version, counted
@@ -364,7 +370,10 @@ class ApplicantReader:
 
     async def _read_copy(self) -> None:
         try:
-            await self._counter.catch_up()
+            try:
+                await self._counter.catch_up()
+            except DamagedColumn:  # found as a write was copied: now built again
+                await self._counter.catch_up()
         except (sqlite3.Error, OSError) as error:
             self._counter.progress = f"the columnar copy could not be opened ({error})"
         except Closing:

@@ -13,6 +13,7 @@ applicants`) is told apart from the page statement, which only counts its own pa
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 import sqlite3
 from collections.abc import AsyncIterator
@@ -31,6 +32,7 @@ from leasestar.applicants.storage import SingleFlight
 from leasestar.config import Settings
 from leasestar.main import create_app
 from leasestar.tokens import create_token
+from tests.applicants.test_copy_file import flip_in_section
 
 Client = AsyncTestClient  # type: ignore[type-arg]
 COUNTS_ROWS = re.compile(r"count\(\*\) FROM applicants")
@@ -420,3 +422,41 @@ async def test_keys_a_seek_holds_to_one_value_leave_the_page_statements_order(
     assert [record["id"] for record in response.json()["results"]] == [expected]
     (page,) = [sql for sql in traced.statements if "LIMIT" in sql and "ORDER BY" in sql]
     assert "ORDER BY id ASC LIMIT" in page, page
+
+
+async def test_a_damaged_column_is_answered_by_sqlite_while_the_copy_is_built_again(
+    seeded_db: Path, token: str
+) -> None:
+    """A column of the copy's file is checked when first read: found damaged, the request
+    reading it is counted by SQLite (the exact total, 200), and the copy is built again
+    from the database and serves the next ones, with one line."""
+    first = create_app(Settings(db_path=seeded_db, log_format="off"))
+    async with AsyncTestClient(app=first) as client:
+        client.headers["Authorization"] = f"Bearer {token}"
+        await copy_read(client)  # the copy's file written
+    flip_in_section(seeded_db, "integration_vendor")
+    prop = some_property(seeded_db)
+    vendor = first_value(
+        seeded_db, "SELECT integration_vendor FROM applicants WHERE property_id = ?", (prop,)
+    )
+    expected = direct_count(
+        seeded_db, "WHERE property_id = ? AND integration_vendor = ?", (prop, vendor)
+    )
+    said: list[str] = []
+    heard = logging.Handler(logging.WARNING)
+    heard.emit = lambda record: said.append(record.getMessage())  # type: ignore[method-assign]
+    logging.getLogger("leasestar.columnar_copy").addHandler(heard)
+    try:
+        app = create_app(Settings(db_path=seeded_db, log_format="off"))
+        async with AsyncTestClient(app=app) as client:
+            client.headers["Authorization"] = f"Bearer {token}"
+            reader = app.state.reader
+            assert reader._counter.ready  # mapped, its columns unread
+            assert await total(client, property_id=prop, integration_vendor=vendor) == expected
+            await copy_read(client)  # built again
+            assert await total(client, property_id=prop, integration_vendor=vendor) == expected
+            assert not reader._counter._damaged_columns(list(reader._counter._unchecked_columns))
+    finally:
+        logging.getLogger("leasestar.columnar_copy").removeHandler(heard)
+    assert len(said) == 1, said
+    assert "its column integration_vendor is damaged" in said[0]
