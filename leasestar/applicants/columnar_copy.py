@@ -203,14 +203,14 @@ class ColumnarCopy:
         # `_column`), and the file a damaged column was found in, with why (not mapped
         # again: built again from the database).
         self._unchecked_columns: dict[str, copy_file.Section] = {}
-        self._damaged: tuple[tuple[int, int] | None, str] | None = None
+        self._damaged: tuple[copy_file.FileIdentity | None, str] | None = None
         self._reset()
         self._codes = {column: Codes() for column in CODED_COLUMNS}
         self._reading: asyncio.Future[int] | None = None  # the read under way, if any
         # The copy's file installed ((device, inode); None: kept in memory), when, and
         # the rows written over it since: when they are many, or old, it is written again
         # (`_rewrite_if_due`), and every worker maps the new one at its next change.
-        self._columns_file: tuple[int, int] | None = None
+        self._columns_file: copy_file.FileIdentity | None = None
         self._installed_at = 0.0
         self._since_file = 0
         self._rewriting: asyncio.Task[None] | None = None
@@ -219,7 +219,7 @@ class ColumnarCopy:
         # a file found unusable, not tried again.
         self._remapping: asyncio.Task[None] | None = None
         self._remapped: copy_file.Mapped | None = None
-        self._refused: tuple[int, int] | None = None
+        self._refused: copy_file.FileIdentity | None = None
         self._closing = False  # a build stops at its next step (`close`)
         self.progress = "the columnar copy is being opened"  # what it is doing, until ready
 
@@ -268,6 +268,7 @@ class ColumnarCopy:
                 self._remapping = asyncio.create_task(self._remap())
             self._remapped = None
             read = await asyncio.to_thread(self._read_changes)
+            self._end_if_damaged()
             if read is not None:
                 break
         else:
@@ -275,9 +276,10 @@ class ColumnarCopy:
         version, changed = read
         if changed is not None:
             if self._unchecked_columns:  # written over: checked first, off the loop
-                columns = list(self._unchecked_columns)
-                damaged = await asyncio.to_thread(self._damaged_columns, columns)
-                self._checked(columns, damaged)
+                pending = {c: (self._columns[c], s) for c, s in self._unchecked_columns.items()}
+                damaged = await asyncio.to_thread(_failing_crc, pending)
+                self._end_if_damaged()
+                self._checked(list(pending), damaged)
             self._write(changed)
             self._rewrite_if_due()
         self._version = version
@@ -287,7 +289,7 @@ class ColumnarCopy:
     def _file_rewritten(self) -> bool:
         """Whether another copy's file was written since this one was installed (and
         was not found unusable)."""
-        now = _identity(copy_file.path_of(self._path))
+        now = copy_file.identity_of_file(self._path)
         installed = (self._columns_file, self._refused)
         return self._columns_file is not None and now is not None and now not in installed
 
@@ -298,7 +300,7 @@ class ColumnarCopy:
         try:
             self._remapped = await asyncio.to_thread(self._mapped)
         except (copy_file.Unusable, OSError, sqlite3.Error) as error:
-            self._refused = _identity(copy_file.path_of(self._path))
+            self._refused = copy_file.identity_of_file(self._path)
             logger.warning("columnar copy: the file written again is not used: %s", error)
             return
         finally:
@@ -645,18 +647,10 @@ class ColumnarCopy:
         what the disk takes at ten million rows, once); `DamagedColumn` when it fails:
         the copy is then built again from the database, and the request reading it is
         counted by SQLite meanwhile."""
-        if column in self._unchecked_columns:
-            self._checked([column], self._damaged_columns([column]))
+        section = self._unchecked_columns.get(column)
+        if section is not None:
+            self._checked([column], _failing_crc({column: (self._columns[column], section)}))
         return self._columns[column]
-
-    def _damaged_columns(self, columns: list[str]) -> list[str]:
-        """(On the loop or a thread: reads alone.) Which of the file's `columns` fail
-        their CRC."""
-        return [
-            column
-            for column in columns
-            if not copy_file.intact((self._columns[column],), (self._unchecked_columns[column],))
-        ]
 
     def _checked(self, columns: list[str], damaged: list[str]) -> None:
         """(On the loop.) `columns` checked, of which `damaged` failed: then the copy is
@@ -665,8 +659,15 @@ class ColumnarCopy:
             self._damaged = (self._columns_file, f"its column {damaged[0]} is damaged")
             self._version, self._ready = None, False
             raise DamagedColumn(damaged[0])
-        for column in columns:
-            del self._unchecked_columns[column]
+        for column in columns:  # (one may have been checked on the loop meanwhile)
+            self._unchecked_columns.pop(column, None)
+
+    def _end_if_damaged(self) -> None:
+        """(After an await of a catch-up.) A column found damaged meanwhile, by a request
+        on the loop (`_checked`): this catch-up ends too, rather than make the copy of
+        that file ready again; the next builds it again."""
+        if self._version is None and self._damaged is not None:
+            raise DamagedColumn(self._damaged[1])
 
     def _file_order(self, column: str) -> tuple[Array, Array] | None:
         """`column`'s order as the file holds it, its CRCs checked the first time (on the
@@ -821,6 +822,16 @@ def _in_memory(
     rows = int(np.count_nonzero(present))
     description = copy_file.Description(identity, rows, codes, [])
     return copy_file.Mapped(description, None, present, columns, {}, {}, {}, {})
+
+
+def _failing_crc(pending: dict[str, tuple[Array, copy_file.Section]]) -> list[str]:
+    """(On the loop or a thread: it reads only what it is given.) Which of the columns,
+    mapped unchecked, fail their CRC."""
+    return [
+        column
+        for column, (array, section) in pending.items()
+        if not copy_file.intact((array,), (section,))
+    ]
 
 
 def _joined(parts: list[Array], dtype: type) -> Array:

@@ -66,6 +66,12 @@ _RADIX_CODE_MOST: Final = 2**16 - 1
 _CRC_CHUNK: Final = 1 << 24
 
 
+# A copy's file: (device, inode, change time in ns). The inode alone is not enough: a file
+# is written under a new name and renamed over the path, and the inode of one removed is
+# handed to the next file made (ext4), every other rewrite.
+FileIdentity = tuple[int, int, int]
+
+
 class Unusable(Exception):
     """The file cannot be trusted for this database; the message says why, in one line."""
 
@@ -104,7 +110,7 @@ class Mapped:
     """A copy as the file holds it: its arrays lie in the file's pages."""
 
     description: Description
-    file: tuple[int, int] | None  # (device, inode) of the file mapped; None: in memory
+    file: FileIdentity | None  # of the file mapped; None: in memory
     present: Array
     columns: dict[str, Array]
     orders: dict[str, tuple[Array, Array]]  # column -> (rowids, keys) in key order
@@ -144,6 +150,18 @@ def grouped(by_instant: Array, codes: Array) -> tuple[Array, Array]:
 
 def path_of(database: Path) -> Path:
     return database.with_name(database.name + "-columns")
+
+
+def identity_of_file(database: Path) -> FileIdentity | None:
+    """Which copy's file lies beside `database` now (None: none)."""
+    try:
+        return _file_identity(os.stat(path_of(database)))
+    except OSError:
+        return None
+
+
+def _file_identity(status: os.stat_result) -> FileIdentity:
+    return status.st_dev, status.st_ino, status.st_ctime_ns
 
 
 def lock_path(database: Path) -> Path:
@@ -364,7 +382,7 @@ def load(
     for first, second in held.values():
         first.flags.writeable = second.flags.writeable = False
     unchecked = {key: (sections[first], sections[second]) for key, (first, second) in parts.items()}
-    file = (status.st_dev, status.st_ino)
+    file = _file_identity(status)
     present = arrays["present"].view(np.bool_)
     orders = {column: held[column] for column in columns}
     grouping_arrays = {key: held[key] for key in keys}

@@ -16,6 +16,8 @@ import sqlite3
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +35,7 @@ from leasestar.applicants.query import ApplicantQuery
 from leasestar.applicants.records import Applicant
 from leasestar.database import open_for_write
 from leasestar.seed.generator import synthetic_applicants
-from tests.applicants.test_match_counter import moved, values_in
+from tests.applicants.test_match_counter import expected_count, moved, values_in
 from tests.servers import ROOT
 
 LOGGER = "leasestar.columnar_copy"
@@ -517,3 +519,107 @@ def test_a_file_copied_from_is_checked_whole(tmp_path: Path) -> None:
     assert columnar_copy.ColumnarCopy(path).write_file(only_if_due=False)
     assert_copy_is_the_database(opened(path), path)
     copy_file.checked(copy_file.load(path, COLUMN_TYPES, GROUPINGS))
+
+
+def held_on_threads(
+    monkeypatch: pytest.MonkeyPatch, owner: Any, name: str, *, returning: bool = False
+) -> tuple[threading.Event, threading.Event]:
+    """`owner.name` made to wait, when called off the main thread, until the second event
+    is set (the first is set once it waits), before it runs or, `returning`, once it has:
+    a test then acts on the loop meanwhile."""
+    waiting, go = threading.Event(), threading.Event()
+    real = getattr(owner, name)
+
+    def held(*args: Any) -> Any:
+        if threading.current_thread() is threading.main_thread():
+            return real(*args)
+        result = real(*args) if returning else None
+        waiting.set()
+        assert go.wait(WAIT_SECONDS)
+        return result if returning else real(*args)
+
+    monkeypatch.setattr(owner, name, held)
+    return waiting, go
+
+
+WAIT_SECONDS = 30
+
+
+def test_columns_checked_on_the_loop_while_a_write_is_checked_on_a_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rows written since the file: the columns are checked on a thread first, while a
+    request on the loop may check some of them itself; neither fails for the other's
+    check (a KeyError here was a 500 for every request sharing the catch-up)."""
+    path = tmp_path / "served.db"
+    seeded(path, 90, seed=30)
+    opened(path)
+    counter = opened(path)
+    query = two_filters(path)
+    with sqlite3.connect(path) as connection:
+        at_the_files_version = expected_count(connection, query, None)
+    seeded(path, 10, seed=31)
+    waiting, go = held_on_threads(monkeypatch, columnar_copy, "_failing_crc")
+
+    async def counted_meanwhile() -> int:
+        catching_up = asyncio.ensure_future(counter.catch_up())
+        assert await asyncio.to_thread(waiting.wait, WAIT_SECONDS)
+        counted = counter.count(query, None)  # its two columns checked here, on the loop
+        go.set()
+        await catching_up
+        return counted
+
+    assert asyncio.run(counted_meanwhile()) == at_the_files_version
+    assert counter.ready
+    assert counter._unchecked_columns == {}
+    with sqlite3.connect(path) as connection:
+        assert counter.count(query, None) == expected_count(connection, query, None)
+    assert_copy_is_the_database(counter, path)
+
+
+def test_a_catch_up_under_way_when_a_column_is_found_damaged_ends_too(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A request finds a column damaged while a catch-up reads the changes on a thread:
+    that catch-up ends with the damage rather than make the copy of that file ready
+    again, and the next one builds the copy from the database."""
+    path = tmp_path / "served.db"
+    seeded(path, 90, seed=32)
+    opened(path)
+    flip_in_section(path, "integration_vendor")
+    counter = opened(path)
+    # Nothing written: the changes read (none) before the damage is found.
+    waiting, go = held_on_threads(monkeypatch, counter, "_read_changes", returning=True)
+
+    async def damage_found_meanwhile() -> None:
+        catching_up = asyncio.ensure_future(counter.catch_up())
+        assert await asyncio.to_thread(waiting.wait, WAIT_SECONDS)
+        with pytest.raises(columnar_copy.DamagedColumn):
+            counter.count(two_filters(path), None)
+        go.set()
+        with pytest.raises(columnar_copy.DamagedColumn):
+            await catching_up
+
+    asyncio.run(damage_found_meanwhile())
+    assert not counter.ready
+    asyncio.run(counter.catch_up())
+    assert counter.ready
+    assert_copy_is_the_database(counter, path)
+    copy_file.checked(copy_file.load(path, COLUMN_TYPES, GROUPINGS))
+
+
+def test_each_file_written_has_an_identity_of_its_own(tmp_path: Path) -> None:
+    """Files written in turn under a temporary name and renamed over the path: the inode
+    of the one removed may be the next one's (ext4, every other rewrite), so a file found
+    damaged or refused is named by its change time too, and a good one after it is
+    mapped."""
+    path = tmp_path / "served.db"
+    seeded(path, 40, seed=33)
+    identities = []
+    for _ in range(4):
+        assert columnar_copy.ColumnarCopy(path).write_file(only_if_due=False)
+        identities.append(copy_file.identity_of_file(path))
+        time.sleep(0.02)  # past the filesystem clock's tick: each file its own change time
+    assert None not in identities
+    assert len(set(identities)) == len(identities), identities
+    assert copy_file.load(path, COLUMN_TYPES, GROUPINGS).file == identities[-1]

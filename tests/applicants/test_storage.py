@@ -455,7 +455,6 @@ async def test_a_damaged_column_is_answered_by_sqlite_while_the_copy_is_built_ag
             assert await total(client, property_id=prop, integration_vendor=vendor) == expected
             await copy_read(client)  # built again
             assert await total(client, property_id=prop, integration_vendor=vendor) == expected
-            assert not reader._counter._damaged_columns(list(reader._counter._unchecked_columns))
     finally:
         logging.getLogger("leasestar.columnar_copy").removeHandler(heard)
     assert len(said) == 1, said
