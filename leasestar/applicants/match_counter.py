@@ -17,7 +17,7 @@ from typing import Final, NamedTuple
 
 import numpy as np
 
-from leasestar.applicants import copy_file
+from leasestar.applicants import copy_file, sorted_rows
 from leasestar.applicants.columnar_copy import (
     COLUMNS,
     INSTANT_ORDER,
@@ -60,9 +60,6 @@ _CACHED_ROWS_MOST: Final = 1 << 21
 # Beyond this part of the rows, a range's matches are listed from its mask once made
 # (`_RangeMatches.gathered`).
 _GATHERED_BY_MASK: Final = 8
-# A range's open side.
-_LOWEST: Final = -(2**63)
-_HIGHEST: Final = 2**63 - 1
 
 
 class Seek(NamedTuple):
@@ -89,7 +86,7 @@ class MatchCounter(ColumnarCopy):
         # with the rows written since moved (`_by_group`).
         self._grouped: dict[str, tuple[Array, Array, Array]] = {}
         # What was written over the copy since each of those was sorted (rowids, in
-        # batches): moved to where they now sort when it is next used (`_moved`).
+        # batches): moved to where they now sort when it is next used (`sorted_rows.moved`).
         self._sorted_stale: dict[str, list[Array]] = {}
         self._grouped_stale: dict[str, list[Array]] = {}
         super().__init__(path)
@@ -162,13 +159,13 @@ class MatchCounter(ColumnarCopy):
             return sum(span.stop - span.start for span in self._group_spans(group, values)[1])
         if group is None:
             keys = self._in_order(instant, INSTANT_ORDER)[1]
-            return _between(keys, low, high)
+            return sorted_rows.between(keys, low, high)
         grouping = self._by_group(group, instant)
         counted = 0
         for value in values:
             code = self._codes[group].of(value)
             if 0 <= code < len(grouping[0]) - 1:
-                span = _group_span(grouping, code, low, high, self._column(instant))
+                span = sorted_rows.group_span(grouping, code, low, high, self._column(instant))
                 counted += span.stop - span.start
         return counted
 
@@ -178,19 +175,19 @@ class MatchCounter(ColumnarCopy):
         order_of = self._order_of(group)
         rowids, keys = self._in_order(group, order_of)
         codes = np.array(_codes_of(self._codes[group], values), np.int64)
-        return rowids, [_span(keys, key, key) for key in map(int, order_of.keys(codes))]
+        return rowids, [sorted_rows.span(keys, key, key) for key in map(int, order_of.keys(codes))]
 
     def _by_group(self, group: str, instant: str) -> tuple[Array, Array | None, Array]:
         """(where each code's rows start, their instants, their rowids) with the rows by
         code, then instant: the file's grouping (its instants read through its rowids:
         None), shared by every worker; the rows written since moved where they sort
-        (`_regrouped`: this worker's own), or sorted here where the file has none."""
+        (`sorted_rows.regrouped`: this worker's own), or sorted here where the file has none."""
         key = copy_file.grouping_key(group, instant)
         cached = self._grouped.get(key)
         stale = self._grouped_stale.pop(key, None)
         groups, instants = self._column(group), self._column(instant)
         if cached is not None and stale:
-            cached = self._grouped[key] = _regrouped(*cached, stale, groups, instants)
+            cached = self._grouped[key] = sorted_rows.regrouped(*cached, stale, groups, instants)
         if cached is not None:
             return cached
         stored = self._file_grouping(group, instant)
@@ -199,11 +196,13 @@ class MatchCounter(ColumnarCopy):
         if stored is not None:
             starts, rowids = stored
             written = self._written_since_file
-            cached = _regrouped(starts, instants.take(rowids), rowids, written, groups, instants)
+            cached = sorted_rows.regrouped(
+                starts, instants.take(rowids), rowids, written, groups, instants
+            )
         else:
             by_instant, _ = self._in_order(instant, INSTANT_ORDER)
             starts, rowids = copy_file.grouped(by_instant, groups)
-            rowids = rowids.astype(_rowid_type(self._present), copy=False)
+            rowids = rowids.astype(sorted_rows.rowid_type(self._present), copy=False)
             cached = (starts, instants.take(rowids), rowids)
         self._grouped[key] = cached
         return cached
@@ -219,7 +218,9 @@ class MatchCounter(ColumnarCopy):
                 return {group: self._count_range(None, low, high, group, values)}
             counts = {instant: self._count_range(instant, low, high, None, values)}
             if group is not None:
-                counts[group] = self._count_range(instant, _LOWEST, _HIGHEST, group, values)
+                counts[group] = self._count_range(
+                    instant, sorted_rows.LOWEST, sorted_rows.HIGHEST, group, values
+                )
             return counts
         masks: dict[str, Array] = {}
         for test in copy_tests(query, scope):
@@ -279,7 +280,7 @@ class MatchCounter(ColumnarCopy):
             # The next key orders the matches among the lead key's ties: the rows of
             # that one value, which its order holds side by side, in rowid order.
             rowids, keys = self._in_order(key.field, order_of)
-            ties = _span(keys, low, low)
+            ties = sorted_rows.span(keys, low, low)
             if within.listed_cheaply and count < ties.stop - ties.start:
                 listed = within.rowids()
                 listed = listed[order_of.keys(self._column(key.field).take(listed)) == low]
@@ -400,7 +401,7 @@ class MatchCounter(ColumnarCopy):
     def _in_order(self, column: str, order_of: Order) -> tuple[Array, Array]:
         """(rowids, their keys) of every row in `column`'s order: the file's, or sorted
         here once the column's codes are numbered anew (a new value) or too many rows
-        were written; the rows written since moved where they sort (`_moved`)."""
+        were written; the rows written since moved where they sort (`sorted_rows.moved`)."""
         cached = self._sorted.get(column)
         stale = self._sorted_stale.pop(column, None)
         if cached is not None and cached[0] is not order_of:
@@ -409,7 +410,7 @@ class MatchCounter(ColumnarCopy):
             values = self._column(column)
             cached = self._sorted[column] = (
                 order_of,
-                *_moved(*cached[1:], stale, values, order_of),
+                *sorted_rows.moved(*cached[1:], stale, values, order_of),
             )
         if cached is None and order_of.keys_are_values:
             # As the file holds them (shared by every worker), with the rows written
@@ -417,14 +418,14 @@ class MatchCounter(ColumnarCopy):
             stored = self._file_order(column)
             if stored is not None and self._written_since_file:
                 values = self._column(column)
-                stored = _moved(*stored, self._written_since_file, values, order_of)
+                stored = sorted_rows.moved(*stored, self._written_since_file, values, order_of)
             if stored is not None:
                 cached = self._sorted[column] = (order_of, *stored)
         if cached is None:
             present = np.flatnonzero(self._present)
             keys = order_of.keys(self._column(column).take(present))
             by_key = np.argsort(keys, kind="stable")
-            rowids: Array = present.take(by_key).astype(_rowid_type(self._present))
+            rowids: Array = present.take(by_key).astype(sorted_rows.rowid_type(self._present))
             cached = self._sorted[column] = (order_of, rowids, keys.take(by_key))
         return cached[1], cached[2]
 
@@ -551,9 +552,9 @@ class _RangeMatches(_Matches):
             made = self._counter._present.copy()
             if self._instant is not None:
                 instants = column(self._instant)
-                if self._low > _LOWEST:
+                if self._low > sorted_rows.LOWEST:
                     made &= instants >= self._low
-                if self._high < _HIGHEST:
+                if self._high < sorted_rows.HIGHEST:
                     made &= instants <= self._high
             if self._group is not None:
                 made &= _holds_any(column(self._group), self._codes)
@@ -578,9 +579,9 @@ class _RangeMatches(_Matches):
         kept: Array = self._counter._present.take(rowids)
         if self._instant is not None:
             instants = column(self._instant).take(rowids)
-            if self._low > _LOWEST:
+            if self._low > sorted_rows.LOWEST:
                 kept &= instants >= self._low
-            if self._high < _HIGHEST:
+            if self._high < sorted_rows.HIGHEST:
                 kept &= instants <= self._high
         if self._group is not None:
             kept &= _holds_any(column(self._group).take(rowids), self._codes)
@@ -632,11 +633,11 @@ class _RangeMatches(_Matches):
             return parts[0] if len(parts) == 1 else np.concatenate(parts or [rowids[:0]])
         if self._group is None:
             rowids, keys = counter._in_order(self._instant, INSTANT_ORDER)
-            return rowids[_span(keys, self._low, self._high)]
+            return rowids[sorted_rows.span(keys, self._low, self._high)]
         grouping = counter._by_group(self._group, self._instant)
         instants = counter._column(self._instant)
         parts = [
-            grouping[2][_group_span(grouping, code, self._low, self._high, instants)]
+            grouping[2][sorted_rows.group_span(grouping, code, self._low, self._high, instants)]
             for code in self._codes
             if code < len(grouping[0]) - 1
         ]
@@ -662,7 +663,7 @@ def _ranged_shape(
     within one group (one equality filter, or the scope), or one group alone; None for
     any other combination (or none)."""
     instant: str | None = None
-    low, high = _LOWEST, _HIGHEST
+    low, high = sorted_rows.LOWEST, sorted_rows.HIGHEST
     group: str | None = None
     values: frozenset[str] = frozenset()
     for test in copy_tests(query, scope):
@@ -680,74 +681,6 @@ def _ranged_shape(
     if instant is None and group is None:
         return None
     return instant, low, high, group, values
-
-
-def _rowid_type(present: Array) -> type:
-    """Rowids in 32 bits where they fit: half the memory, for every sorted column."""
-    return np.int32 if len(present) < 2**31 else np.int64
-
-
-def _taken_out(rowids: Array, batches: list[Array], size: int) -> tuple[Array, Array]:
-    """(the rowids of `batches`, once each and sorted; which of `rowids` they are), every
-    rowid below `size` (the copy's length)."""
-    written = np.unique(np.concatenate(batches))
-    stale = np.zeros(size, np.bool_)
-    stale[written] = True
-    return written, stale.take(rowids)
-
-
-def _moved(
-    rowids: Array, keys: Array, batches: list[Array], values: Array, order_of: Order
-) -> tuple[Array, Array]:
-    """`rowids` in (key, rowid) order and their `keys`, with the rows of `batches`
-    (written over the copy since) taken out and put back where their `values` now sort:
-    two copies of the order and a binary search a row, where sorting it again costs
-    n log n (`WRITTEN_MERGED_MOST` gives the figures)."""
-    written, stale = _taken_out(rowids, batches, len(values))
-    rowids, keys = rowids[~stale], keys[~stale]
-    now = order_of.keys(values.take(written)).astype(keys.dtype)
-    by_key = np.lexsort((written, now))
-    written, now = written.take(by_key), now.take(by_key)
-    places = np.searchsorted(keys, now, "left")
-    last = np.searchsorted(keys, now, "right")
-    for at in np.flatnonzero(last > places):  # among equal keys, by rowid
-        places[at] += np.searchsorted(rowids[places[at] : last[at]], written[at])
-    return np.insert(rowids, places, written.astype(rowids.dtype)), np.insert(keys, places, now)
-
-
-def _regrouped(
-    starts: Array,
-    instants: Array,
-    rowids: Array,
-    batches: list[Array],
-    groups: Array,
-    values: Array,
-) -> tuple[Array, Array, Array]:
-    """A grouping (`MatchCounter._by_group`) with the rows of `batches` taken out and put
-    back under their code (`groups`), where their instant (`values`) now sorts. Within a
-    code, rows of one instant may lie in any order: only counts are taken of them."""
-    written, dropped = _taken_out(rowids, batches, len(groups))
-    # Each code's rows start earlier by the rows taken out of the codes before it.
-    in_code = np.searchsorted(starts, np.flatnonzero(dropped), "right") - 1
-    removed = np.bincount(in_code, minlength=len(starts) - 1)
-    starts = starts - np.concatenate(([0], np.cumsum(removed)))
-    rowids, instants = rowids[~dropped], instants[~dropped]
-    codes, now = groups.take(written), values.take(written)
-    if len(codes) and int(codes.max()) >= len(starts) - 1:  # a code no row held
-        starts = np.concatenate((starts, np.full(int(codes.max()) + 2 - len(starts), starts[-1])))
-    places = np.empty(len(written), np.int64)
-    for code in np.unique(codes):
-        these = codes == code
-        start, end = int(starts[code]), int(starts[code + 1])
-        places[these] = start + np.searchsorted(instants[start:end], now[these])
-    # Where a code ends and the next begins, one place takes rows of both: by code, then
-    # instant.
-    by_place = np.lexsort((now, codes, places))
-    places, written, now = places[by_place], written[by_place], now[by_place]
-    added = np.bincount(codes, minlength=len(starts) - 1)
-    starts = starts + np.concatenate(([0], np.cumsum(added)))
-    rowids = np.insert(rowids, places, written.astype(rowids.dtype))
-    return starts, np.insert(instants, places, now.astype(instants.dtype)), rowids
 
 
 def _steps(whole: int, tied: int, tied_matches: int, needed: int) -> int:
@@ -770,56 +703,3 @@ def _holds_any(values: Array, codes: list[int]) -> Array:
 def _codes_of(codes: Codes, values: frozenset[str]) -> list[int]:
     """The codes of those `values` some row holds, sorted."""
     return sorted(code for code in map(codes.of, values) if code != MISSING)
-
-
-def _span(keys: Array, low: int, high: int) -> slice:
-    """Where sorted `keys` are within [low, high]."""
-    if low > high:
-        return slice(0, 0)
-    start = int(np.searchsorted(keys, keys.dtype.type(low), "left"))
-    return slice(start, max(start, int(np.searchsorted(keys, keys.dtype.type(high), "right"))))
-
-
-def _group_span(
-    grouping: tuple[Array, Array | None, Array], code: int, low: int, high: int, instants: Array
-) -> slice:
-    """Where the rows of `code` whose instant is within [low, high] lie in a grouping
-    (`MatchCounter._by_group`): a binary search in its instants, or, where it holds none
-    (the file's), in the `instants` column through its rowids (a read a step: 2 x 24 at
-    ten million rows, never the code's whole rows)."""
-    starts, keys, rowids = grouping
-    start, end = int(starts[code]), int(starts[code + 1])
-    if keys is not None:
-        within = _span(keys[start:end], low, high)
-        return slice(start + within.start, start + within.stop)
-    if low > high:
-        return slice(start, start)
-    # An open side (a bound not given) takes the code's first or last row as it is.
-    first = start if low == _LOWEST else _bisect(rowids, instants, start, end, low, after=False)
-    last = end if high == _HIGHEST else _bisect(rowids, instants, first, end, high, after=True)
-    return slice(first, last)
-
-
-def _bisect(rowids: Array, instants: Array, low: int, high: int, key: int, *, after: bool) -> int:
-    """The first place in [low, high) of `rowids` whose instant is at least `key` (after:
-    above it); the instants of rowids[low:high] are sorted. (`item` reads a Python int
-    without a numpy scalar between: half the cost of a step.)"""
-    rowid_at, instant_of = rowids.item, instants.item
-    while low < high:
-        middle = (low + high) // 2
-        value = instant_of(rowid_at(middle))
-        if value < key or (after and value == key):
-            low = middle + 1
-        else:
-            high = middle
-    return low
-
-
-def _between(keys: Array, low: int, high: int) -> int:
-    """Sorted `keys` within [low, high]: two binary searches, in the keys' own type."""
-    if low > high:
-        return 0
-    return int(
-        np.searchsorted(keys, keys.dtype.type(high), "right")
-        - np.searchsorted(keys, keys.dtype.type(low), "left")
-    )

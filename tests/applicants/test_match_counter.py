@@ -24,7 +24,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from leasestar.applicants import columnar_copy, copy_file, match_counter
+from leasestar.applicants import columnar_copy, copy_file, match_counter, sorted_rows
 from leasestar.applicants.columnar_copy import GROUPINGS, read_statements
 from leasestar.applicants.match_counter import MatchCounter
 from leasestar.applicants.pipeline import write_records
@@ -417,7 +417,7 @@ def test_a_group_alone_is_counted_without_moving_its_order_after_a_write(
             assert counter.count(query, None) == expected_count(connection, query, None)
         write_records(connection, records[80:100])
         caught_up(path, counter)
-        with mock.patch.object(match_counter, "_moved", side_effect=AssertionError("moved")):
+        with mock.patch.object(sorted_rows, "moved", side_effect=AssertionError("moved")):
             assert counter.count(query, None) == expected_count(connection, query, None)
     finally:
         connection.close()
