@@ -21,7 +21,7 @@ import pytest
 
 from leasestar import commands
 from leasestar.applicants import columnar_copy, copy_file, pipeline
-from leasestar.applicants.columnar_copy import COLUMN_TYPES, GROUPINGS
+from leasestar.applicants.copy_columns import COLUMN_TYPES, GROUPINGS
 from leasestar.applicants.match_counter import MatchCounter
 from leasestar.applicants.records import applicant_encoder
 from leasestar.cli import main

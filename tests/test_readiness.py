@@ -24,7 +24,7 @@ import httpx
 import pytest
 
 from leasestar.applicants import copy_file
-from leasestar.applicants.columnar_copy import COLUMN_TYPES, GROUPINGS
+from leasestar.applicants.copy_columns import COLUMN_TYPES, GROUPINGS
 from tests.applicants.test_copy_file import seeded
 from tests.servers import ROOT, START_TIMEOUT, UVICORN, children, clean_env, free_port, stop
 from tests.test_hardening import new_token, serve

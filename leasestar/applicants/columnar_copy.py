@@ -16,7 +16,8 @@ exactly what changed since; they are read in one snapshot and written over their
 (the writer updates a row in place, a replica copies the primary's rowid, and records
 are never deleted). Those rows are written into this process's pages of the file
 (mapped copy-on-write), so the file itself only changes whole. A database file replaced
-under the path (a replica's first copy) is opened again, its copy built again.
+under the path (a replica's first copy) is opened again, its copy built again. What the
+copy holds is `copy_columns.py`; its columns are read from SQLite by `copy_reading.py`.
 """
 
 from __future__ import annotations
@@ -27,52 +28,26 @@ import logging
 import os
 import sqlite3
 import time
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Final
+from typing import Final
 
 import numpy as np
-import numpy.typing as npt
 
 from leasestar.allocator import release_freed_memory
 from leasestar.applicants import copy_file
+from leasestar.applicants.copy_columns import (
+    CODED_COLUMNS,
+    COLUMN_TYPES,
+    COLUMNS,
+    GROUPINGS,
+    Array,
+    Codes,
+    dtype_of,
+    grown,
+)
+from leasestar.applicants.copy_reading import CopyReading, Rows
 from leasestar.applicants.resource import APPLICANTS
-from leasestar.database import BUSY_TIMEOUT_MS, read_uri
 
-Array = npt.NDArray[Any]
-KeyValue = int | str | None  # None: SQL NULL, in a nullable coded column
-
-# The columns copied (`resource.APPLICANTS`): instants and sequences as they are, text
-# columns as codes (each distinct value numbered as first seen), those kept for orders
-# alone so that the copy can find where a page's matches lie in them (docs/list-planning.md,
-# "Seeking to where the matches are"). NULL is the code that sorts first, as in SQLite.
-INSTANT_COLUMNS: Final = APPLICANTS.copy_instants
-CODED_COLUMNS: Final = APPLICANTS.copy_codes
-COLUMNS: Final = APPLICANTS.copy_columns
-COLUMN_TYPES: Final = {
-    column: np.int32 if column in CODED_COLUMNS else np.int64 for column in COLUMNS
-}
-# The (group, instant) pairs whose rows the file holds grouped (`copy_file.grouped`).
-GROUPINGS: Final = APPLICANTS.copy_groupings
-# The instants read together (one index of schema.sql holds them), and apart.
-_PACKED: Final = APPLICANTS.copy_instant_groups
-# The group the change sequence is in first: every row has one, so reading it marks the
-# rows present before any other column is asked for.
-_PACKED_FIRST: Final = sorted(_PACKED, key=lambda group: "change_seq" not in group)
-_HEX: Final = "%016x"  # a 64-bit integer (two's complement) as 16 hex digits
-# A rowid below 2^32 as 8 hex digits: what a whole build reads each value's rowids as,
-# when every rowid is. Half the text of `_HEX`: the rowids of the value most rows hold
-# (middle_name's NULL, 55 %) were one string of 88 MB at ten million rows, in SQLite and
-# again in Python, and made the build's peak.
-_ROWID_HEX: Final = "%08x"
-# Rows a whole build reads in one statement (`_packed_whole`): ~100 MB of text for four
-# columns.
-_CHUNK_ROWS: Final = 1 << 20
-MISSING: Final = -1  # the code of a value no row holds
-# Rowids a built copy leaves room for beyond the largest (at least, and a share of the
-# rows): appended rows are then written into the mapped file's pages, not a new array.
-_ROOM_LEAST: Final = 4096
-_ROOM_SHARE: Final = 8
 _LOCK_POLL_SECONDS: Final = 0.05  # how often a process waiting for another's build looks
 _OPENINGS: Final = 3  # opens of a database file replaced under the path, at most
 # The copy's file is written again once the rows written over it are a sixteenth of all
@@ -87,81 +62,6 @@ _REWRITE_AFTER_SECONDS: Final = 600.0
 # a 100-row write took 247-407 ms with the rows moved, 1,374-2,738 ms sorted again.
 WRITTEN_MERGED_MOST: Final = 1 << 16
 logger = logging.getLogger("leasestar.columnar_copy")
-
-# Rows read from the database: column -> (rowids, values), codes already assigned.
-Rows = dict[str, tuple[Array, Array]]
-# A copy made for its file (`ColumnarCopy._built`): what `copy_file.write` takes.
-Built = tuple[copy_file.Identity, Array, Iterator[tuple[str, Array]], dict[str, list[str | None]]]
-
-
-class Order:
-    """A column's sort keys: its values as they are (instants)."""
-
-    keys_are_values = True  # whether a column's values are its sort keys
-
-    def keys(self, values: Array) -> Array:
-        return values
-
-    def value(self, key: Any) -> KeyValue:
-        return int(key)
-
-    def stored(self, key: Any) -> Any:
-        """What the copy holds for a sort key."""
-        return key
-
-
-INSTANT_ORDER: Final = Order()
-
-
-class CodeOrder(Order):
-    """A coded column's sort keys: each code's rank among the values, sorted."""
-
-    def __init__(self, codes: dict[str | None, int]) -> None:
-        self.codes = codes
-        # A snapshot (a read may number new values meanwhile), NULL first as in SQLite.
-        self.ordered = sorted(codes, key=lambda value: (value is not None, value or ""))
-        self.ranks = np.zeros(len(self.ordered), np.int32)
-        for rank, value in enumerate(self.ordered):
-            self.ranks[codes[value]] = rank
-        # Codes numbered in sorted order (the file's, `copy_file.py`) and none added since.
-        self.keys_are_values = bool(np.array_equal(self.ranks, np.arange(len(self.ranks))))
-
-    def keys(self, values: Array) -> Array:
-        return self.ranks[values]
-
-    def value(self, key: Any) -> KeyValue:
-        return self.ordered[int(key)]
-
-    def stored(self, key: Any) -> Any:
-        return self.codes[self.ordered[int(key)]]
-
-
-class Codes:
-    """Each distinct value of a text column numbered as first seen."""
-
-    def __init__(self) -> None:
-        self._codes: dict[str | None, int] = {}
-        self._order = CodeOrder({})
-
-    def code(self, value: str | None) -> int:
-        """The value's code, numbered now if it is new."""
-        return self._codes.setdefault(value, len(self._codes))
-
-    def order(self) -> CodeOrder:
-        """The values' order, sorted again once values have been added since."""
-        if len(self._order.ordered) != len(self._codes):
-            self._order = CodeOrder(self._codes)
-        return self._order
-
-    def of(self, value: str) -> int:
-        return self._codes.get(value, MISSING)
-
-    @classmethod
-    def numbered(cls, values: list[str | None]) -> Codes:
-        """The codes of a table that lists each value at its code."""
-        codes = cls()
-        codes._codes = {value: code for code, value in enumerate(values)}
-        return codes
 
 
 class DamagedColumn(Exception):
@@ -184,6 +84,7 @@ class ColumnarCopy:
 
     def __init__(self, path: Path) -> None:
         self._path = path
+        self._source = CopyReading(path, self._stop_if_closing, self._said)
         self._version: int | None = None  # None: not opened yet
         self._ready = False  # opened and brought to the database's version once
         self._file: tuple[int, int] | None = None  # (device, inode) of the database it is of
@@ -353,7 +254,7 @@ class ColumnarCopy:
                 base = copy_file.checked(self._mapped())  # (copied from: checked whole)
             if only_if_due and base is not None and not self._file_due(base):
                 return False
-            copy_file.write(self._path, *self._built(base), GROUPINGS)
+            copy_file.write(self._path, *self._source.built(base), GROUPINGS)
             del base
             release_freed_memory()
             return True
@@ -361,7 +262,7 @@ class ColumnarCopy:
 
     def _file_due(self, mapped: copy_file.Mapped) -> bool:
         """Whether the rows written since `mapped` call for writing the file again."""
-        connection = self._connect()
+        connection = self._source.connect()
         try:
             (since,) = connection.execute(
                 f"SELECT count(*) FROM {APPLICANTS.table} WHERE change_seq > ?",
@@ -400,7 +301,7 @@ class ColumnarCopy:
         except (copy_file.Unusable, OSError) as error:
             logger.warning("columnar copy: %s not used: %s; building it again", columns_file, error)
         try:
-            copy_file.write(self._path, *self._built(), GROUPINGS)
+            copy_file.write(self._path, *self._source.built(), GROUPINGS)
             release_freed_memory()
         except OSError as error:
             logger.warning(
@@ -411,7 +312,7 @@ class ColumnarCopy:
 
     def _built_only(self) -> copy_file.Mapped:
         """Built and kept in this process alone (no file to share it through)."""
-        identity, present, columns, codes = self._built()
+        identity, present, columns, codes = self._source.built()
         return _in_memory(identity, present, dict(columns), codes)
 
     def _mapped(self) -> copy_file.Mapped:
@@ -422,138 +323,13 @@ class ColumnarCopy:
             raise copy_file.Unusable(self._damaged[1])
         if set(mapped.description.codes) != set(CODED_COLUMNS):
             raise copy_file.Unusable("its code tables are not of the columns this version codes")
-        connection = self._connect()
+        connection = self._source.connect()
         try:
             connection.execute("BEGIN")
             copy_file.check_identity(mapped.description.identity, connection, self._path)
         finally:
             connection.close()
         return mapped
-
-    def _built(self, base: copy_file.Mapped | None = None) -> Built:
-        """(identity, presence, the columns one by one, their code tables as they are
-        numbered) at the database's version, read in one snapshot: `base` (a file mapped
-        afresh) with the rows changed since it, or every row (`_built_whole`). Codes are
-        numbered in the values' sorted order."""
-        if base is None:
-            return self._built_whole()
-        connection = self._connect()
-        try:
-            connection.execute("BEGIN")
-            identity = copy_file.identity_of(connection, self._path)
-            tables = base.description.codes
-            codes = {column: Codes.numbered(tables[column]) for column in CODED_COLUMNS}
-            since = (base.description.identity.change_seq,)
-            rows = self._read(connection, "WHERE change_seq > ?", since, codes)
-        finally:
-            connection.close()
-        rowids = rows["change_seq"][0]
-        present = base.present
-        size = int(rowids.max(initial=-1)) + 1
-        if size > len(present):
-            present = _grown(present, size + max(_ROOM_LEAST, len(rowids) // _ROOM_SHARE))
-        present[rowids] = True
-        numbered: dict[str, list[str | None]] = {}
-
-        def columns() -> Iterator[tuple[str, Array]]:
-            for column in COLUMNS:
-                where, values = rows.pop(column)
-                held = base.columns[column]
-                if len(held) != len(present):
-                    held = _grown(held, len(present))
-                held[where] = values
-                if column in codes:
-                    held = _renumbered(column, codes[column], held, numbered)
-                yield column, held
-
-        return identity, present, columns(), numbered
-
-    def _built_whole(self) -> Built:
-        """(As `_built`) every row, a column at a time, each held by rowid as it is read:
-        the build holds the presence flags and a column or three (and the order of the
-        one being written), never every column's rows at once (~3 GB estimated at ten million
-        applicants). The columns are read when `copy_file.write` asks for them, in the
-        snapshot the presence flags were read in; the connection closes with the last."""
-        connection = self._connect()
-        try:
-            connection.execute("BEGIN")
-            identity = copy_file.identity_of(connection, self._path)
-            (top,) = connection.execute(
-                f"SELECT coalesce(max(rowid), 0) FROM {APPLICANTS.table}"
-            ).fetchone()
-            # Records are never deleted: the rows are about the largest rowid.
-            present = np.zeros(top + 1 + max(_ROOM_LEAST, top // _ROOM_SHARE), np.bool_)
-            first, *others = _PACKED_FIRST
-            steps = len(_PACKED) + len(CODED_COLUMNS)
-            self._reading_step(0, steps, None)
-            read_first = self._packed_whole(connection, first, len(present), present)
-        except BaseException:
-            connection.close()
-            raise
-        rows = int(np.count_nonzero(present))
-        numbered: dict[str, list[str | None]] = {}
-        narrow = top < 2**32
-        _, grouped_sql = read_statements("", narrow_rowids=narrow)
-
-        def columns() -> Iterator[tuple[str, Array]]:
-            try:
-                yield from _handed_over(read_first)
-                for step, group in enumerate(others, 1):
-                    self._reading_step(step, steps, rows)
-                    # A column at a time, each read by its own pass: a group's columns
-                    # held together while the first is sorted were 240 MB at ten million
-                    # rows, a pass more ~5 s.
-                    for column in group:
-                        read = self._packed_whole(connection, (column,), len(present))
-                        yield from _handed_over(read)
-                for step, (column, sql) in enumerate(
-                    zip(CODED_COLUMNS, grouped_sql, strict=True), 1
-                ):
-                    self._reading_step(len(_PACKED) + step, steps, rows)
-                    codes = Codes()
-                    held = np.zeros(len(present), np.int32)
-                    for value, packed in connection.execute(sql):
-                        held[_unhex(packed, narrow=narrow)] = codes.code(value)
-                    yield column, _renumbered(column, codes, held, numbered)
-            finally:
-                connection.close()
-
-        return identity, present, columns(), numbered
-
-    def _packed_whole(
-        self,
-        connection: sqlite3.Connection,
-        columns: tuple[str, ...],
-        size: int,
-        present: Array | None = None,
-    ) -> dict[str, Array]:
-        """`columns` of every row, each by rowid in an array of `size` (and the rows
-        marked in `present`), read from the smallest index holding them `_CHUNK_ROWS`
-        rows at a time: a statement's text is 16 bytes a value, and all of ten million
-        rows' at once would be gigabytes. (Each chunk's OFFSET steps over the index
-        entries before it: ~4 s in all at ten million.)"""
-        held: dict[str, Array] = {column: np.zeros(size, _dtype(column)) for column in columns}
-        listed = ", ".join(columns)
-        sql = (
-            f"SELECT group_concat(printf('{_HEX * (1 + len(columns))}', r, {listed}), '') "
-            f"FROM (SELECT rowid AS r, {listed} FROM {APPLICANTS.table} LIMIT ? OFFSET ?)"
-        )
-        offset = 0
-        while True:
-            self._stop_if_closing()
-            (packed,) = connection.execute(sql, (_CHUNK_ROWS, offset)).fetchone()
-            table = _unhex(packed).reshape(-1, 1 + len(columns))
-            rowids = table[:, 0]
-            if present is not None:
-                present[rowids] = True
-            for number, column in enumerate(columns, 1):
-                held[column][rowids] = table[:, number]
-            offset += len(table)
-            if len(table) < _CHUNK_ROWS:
-                return held
-
-    def _connect(self) -> sqlite3.Connection:
-        return sqlite3.connect(read_uri(self._path), uri=True, timeout=BUSY_TIMEOUT_MS / 1000)
 
     def _install(self, mapped: copy_file.Mapped) -> None:
         """Serve from `mapped` (on the loop: no count sees half of it)."""
@@ -587,60 +363,18 @@ class ColumnarCopy:
         file = _identity(self._path)
         if file != self._file:
             return None
-        connection = self._connect()
+        connection = self._source.connect()
         try:
             connection.execute("BEGIN")  # one snapshot for the version and the rows
             (version,) = connection.execute("SELECT change_seq FROM sync_state").fetchone()
             rows: Rows | None = None
             if version != self._version:
                 where = "WHERE change_seq > ?"
-                rows = self._read(connection, where, (self._version,), self._codes)
+                rows = self._source.read(connection, where, (self._version,), self._codes)
         finally:
             connection.close()
         # Replaced while it was read: which file was read is unknown.
         return (int(version), rows) if _identity(self._path) == file else None
-
-    def _read(
-        self,
-        connection: sqlite3.Connection,
-        where: str,
-        params: tuple[object, ...],
-        codes: dict[str, Codes],
-    ) -> Rows:
-        """The rows `where` selects (the rows changed since a version), column by column,
-        as (rowids, values).
-
-        SQLite packs each column as fixed-width hex in one string, which numpy reads in C
-        rather than a tuple per row; `where` makes each statement read the change
-        sequence's index, never the grouped column's (`+column`). Figures:
-        docs/list-planning.md, "Exact totals from a columnar copy".
-        """
-        rows: Rows = {}
-        packed_sql, grouped_sql = read_statements(where)
-        for columns, sql in zip(_PACKED, packed_sql, strict=True):
-            self._stop_if_closing()
-            (packed,) = connection.execute(sql, params).fetchone()
-            table = _unhex(packed).reshape(-1, 1 + len(columns))
-            for number, column in enumerate(columns, 1):
-                rows[column] = (table[:, 0], table[:, number])
-        for column, sql in zip(CODED_COLUMNS, grouped_sql, strict=True):
-            self._stop_if_closing()
-            rowids: list[Array] = []
-            values: list[Array] = []
-            for value, packed in connection.execute(sql, params):
-                rowids.append(_unhex(packed))
-                values.append(np.full(len(rowids[-1]), codes[column].code(value), np.int32))
-            rows[column] = (_joined(rowids, np.int64), _joined(values, np.int32))
-        return rows
-
-    def _reading_step(self, step: int, steps: int, rows: int | None) -> None:
-        """A whole build's progress, which /health reports (and a stop, if closing)."""
-        self._stop_if_closing()
-        read = f" ({rows:,} rows)" if rows is not None else ""
-        self.progress = (
-            f"the columnar copy is being built from the database: {step} of {steps} "
-            f"column groups read{read}"
-        )
 
     def _column(self, column: str) -> Array:
         """`column` by rowid, its CRC checked when first read (on the loop: ~4 ms and
@@ -704,13 +438,16 @@ class ColumnarCopy:
             if running is not None:
                 await asyncio.wait([running])
 
+    def _said(self, progress: str) -> None:
+        self.progress = progress
+
     def _stop_if_closing(self) -> None:
         if self._closing:
             raise Closing("the server is stopping")
 
     def _reset(self) -> None:
         self._present = np.zeros(0, np.bool_)
-        self._columns = {column: np.zeros(0, _dtype(column)) for column in COLUMNS}
+        self._columns = {column: np.zeros(0, dtype_of(column)) for column in COLUMNS}
         self._unchecked_columns = {}
         self._rows = 0
         self._changed()
@@ -743,46 +480,19 @@ class ColumnarCopy:
         """Room for rowids below `size`, grown by half again so appends stay amortized."""
         if size <= len(self._present):
             return
-        grown = max(size, len(self._present) * 3 // 2)
-        self._present = _grown(self._present, grown)
+        larger = max(size, len(self._present) * 3 // 2)
+        self._present = grown(self._present, larger)
         for column in COLUMNS:
-            self._columns[column] = _grown(self._columns[column], grown)
+            self._columns[column] = grown(self._columns[column], larger)
 
     def _changed(self) -> None:
         """The copy changed (opened, or rows written): what was derived from it is
         stale."""
 
 
-def _renumbered(
-    column: str, codes: Codes, held: Array, numbered: dict[str, list[str | None]]
-) -> Array:
-    """`held`'s codes as the values' sorted order numbers them, that order noted."""
-    order = codes.order()
-    numbered[column] = list(order.ordered)
-    return held if order.keys_are_values else order.ranks.take(held)
-
-
 def _many_since(written: int, rows: int) -> bool:
     """Whether `written` rows since the copy's file are enough to write it again."""
     return written >= max(_REWRITE_LEAST, rows // _REWRITE_SHARE)
-
-
-def read_statements(where: str, *, narrow_rowids: bool = False) -> tuple[list[str], list[str]]:
-    """The statements that read the copy's columns (`ColumnarCopy._read`): the instants
-    packed per row, then per coded column its rowids packed per value (as `_ROWID_HEX`
-    if `narrow_rowids`: every rowid is below 2^32)."""
-    rowid = _ROWID_HEX if narrow_rowids else _HEX
-    packed = [
-        f"SELECT group_concat(printf('{_HEX * (1 + len(columns))}', "
-        f"{', '.join(('rowid', *columns))}), '') FROM {APPLICANTS.table} {where}"
-        for columns in _PACKED
-    ]
-    grouped = [
-        f"SELECT {column}, group_concat(printf('{rowid}', rowid), '') "
-        f"FROM {APPLICANTS.table} {where} GROUP BY {'+' if where else ''}{column}"
-        for column in CODED_COLUMNS
-    ]
-    return packed, grouped
 
 
 def _identity(path: Path) -> tuple[int, int] | None:
@@ -792,24 +502,6 @@ def _identity(path: Path) -> tuple[int, int] | None:
     except OSError:
         return None
     return status.st_dev, status.st_ino
-
-
-def _dtype(column: str) -> type:
-    return COLUMN_TYPES[column]
-
-
-def _handed_over(arrays: dict[str, Array]) -> Iterator[tuple[str, Array]]:
-    """`arrays`' items in order, each dropped from it as it is handed over: the taker
-    holds the only reference, and frees it once done with it."""
-    while arrays:
-        column = next(iter(arrays))
-        yield column, arrays.pop(column)
-
-
-def _unhex(packed: str | None, *, narrow: bool = False) -> Array:
-    """The integers of `_HEX` digits (`_ROWID_HEX` if `narrow`) run together (None: no
-    rows)."""
-    return np.frombuffer(bytes.fromhex(packed or ""), ">u4" if narrow else ">i8").astype(np.int64)
 
 
 def _in_memory(
@@ -832,13 +524,3 @@ def _failing_crc(pending: dict[str, tuple[Array, copy_file.Section]]) -> list[st
         for column, (array, section) in pending.items()
         if not copy_file.intact((array,), (section,))
     ]
-
-
-def _joined(parts: list[Array], dtype: type) -> Array:
-    return np.concatenate(parts) if parts else np.zeros(0, dtype)
-
-
-def _grown(array: Array, size: int) -> Array:
-    grown = np.zeros(size, array.dtype)
-    grown[: len(array)] = array
-    return grown

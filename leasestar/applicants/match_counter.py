@@ -18,14 +18,13 @@ from typing import Final, NamedTuple
 import numpy as np
 
 from leasestar.applicants import copy_file, sorted_rows
-from leasestar.applicants.columnar_copy import (
+from leasestar.applicants.columnar_copy import WRITTEN_MERGED_MOST, ColumnarCopy
+from leasestar.applicants.copy_columns import (
     COLUMNS,
     INSTANT_ORDER,
     MISSING,
-    WRITTEN_MERGED_MOST,
     Array,
     Codes,
-    ColumnarCopy,
     KeyValue,
     Order,
 )

@@ -12,7 +12,7 @@ from typing import Final
 
 import numpy as np
 
-from leasestar.applicants.columnar_copy import Array, Order
+from leasestar.applicants.copy_columns import Array, Order
 
 # A range's open side.
 LOWEST: Final = -(2**63)

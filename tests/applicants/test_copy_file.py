@@ -27,8 +27,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from leasestar.applicants import columnar_copy, copy_file
-from leasestar.applicants.columnar_copy import CODED_COLUMNS, COLUMN_TYPES, COLUMNS, GROUPINGS
+from leasestar.applicants import columnar_copy, copy_file, copy_reading
+from leasestar.applicants.copy_columns import CODED_COLUMNS, COLUMN_TYPES, COLUMNS, GROUPINGS
 from leasestar.applicants.match_counter import MatchCounter
 from leasestar.applicants.pipeline import write_records
 from leasestar.applicants.query import ApplicantQuery
@@ -425,7 +425,7 @@ def test_a_copy_built_in_chunks_holds_every_row_once(
     """A whole build reads the instants `_CHUNK_ROWS` rows at a time, and the rowids of a
     value more rows than that hold (middle_name's NULL among them) as many at a time:
     chunks of 7 over 150 rows (no multiple of 7) leave no row out and read none twice."""
-    monkeypatch.setattr(columnar_copy, "_CHUNK_ROWS", 7)
+    monkeypatch.setattr(copy_reading, "_CHUNK_ROWS", 7)
     path = tmp_path / "chunked.db"
     seeded(path, 150, seed=8)
     assert_copy_is_the_database(opened(path), path)

@@ -25,7 +25,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from leasestar.applicants import columnar_copy, copy_file, match_counter, sorted_rows
-from leasestar.applicants.columnar_copy import GROUPINGS, read_statements
+from leasestar.applicants.copy_columns import GROUPINGS
+from leasestar.applicants.copy_reading import read_statements
 from leasestar.applicants.match_counter import MatchCounter
 from leasestar.applicants.pipeline import write_records
 from leasestar.applicants.query import ApplicantQuery
