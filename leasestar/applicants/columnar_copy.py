@@ -178,7 +178,7 @@ class ColumnarCopy:
         if changed is not None:
             if self._unchecked_columns:  # written over: checked first, off the loop
                 pending = {c: (self._columns[c], s) for c, s in self._unchecked_columns.items()}
-                damaged = await asyncio.to_thread(_failing_crc, pending)
+                damaged = await asyncio.to_thread(copy_file.failing_columns, pending)
                 self._end_if_damaged()
                 self._checked(list(pending), damaged)
             self._write(changed)
@@ -383,7 +383,8 @@ class ColumnarCopy:
         counted by SQLite meanwhile."""
         section = self._unchecked_columns.get(column)
         if section is not None:
-            self._checked([column], _failing_crc({column: (self._columns[column], section)}))
+            pending = {column: (self._columns[column], section)}
+            self._checked([column], copy_file.failing_columns(pending))
         return self._columns[column]
 
     def _checked(self, columns: list[str], damaged: list[str]) -> None:
@@ -514,13 +515,3 @@ def _in_memory(
     rows = int(np.count_nonzero(present))
     description = copy_file.Description(identity, rows, codes, [])
     return copy_file.Mapped(description, None, present, columns, {}, {}, {}, {})
-
-
-def _failing_crc(pending: dict[str, tuple[Array, copy_file.Section]]) -> list[str]:
-    """(On the loop or a thread: it reads only what it is given.) Which of the columns,
-    mapped unchecked, fail their CRC."""
-    return [
-        column
-        for column, (array, section) in pending.items()
-        if not copy_file.intact((array,), (section,))
-    ]

@@ -398,19 +398,19 @@ def intact(held: Sequence[Array], sections: Sequence[Section]) -> bool:
     return all(_crc(a.data.cast("B")) == s.crc for a, s in zip(held, sections, strict=True))
 
 
-def damaged_columns(mapped: Mapped, columns: Iterable[str]) -> list[str]:
-    """Which of `columns`, mapped unchecked, fail their CRC (the others are checked)."""
+def failing_columns(pending: Mapping[str, tuple[Array, Section]]) -> list[str]:
+    """Which columns, each given as (its array, its section) mapped unchecked, fail their
+    CRC. It reads only what it is given: on the loop or a thread."""
     return [
-        column
-        for column in columns
-        if not intact((mapped.columns[column],), (mapped.unchecked_columns[column],))
+        column for column, (array, section) in pending.items() if not intact((array,), (section,))
     ]
 
 
 def checked(mapped: Mapped) -> Mapped:
     """`mapped`, every column's CRC checked (what is copied from it into another file);
     `Unusable` naming the first damaged column."""
-    damaged = damaged_columns(mapped, list(mapped.unchecked_columns))
+    unchecked = mapped.unchecked_columns
+    damaged = failing_columns({c: (mapped.columns[c], s) for c, s in unchecked.items()})
     if damaged:
         raise Unusable(f"its column {damaged[0]} is damaged")
     mapped.unchecked_columns.clear()

@@ -559,7 +559,7 @@ def test_columns_checked_on_the_loop_while_a_write_is_checked_on_a_thread(
     with sqlite3.connect(path) as connection:
         at_the_files_version = expected_count(connection, query, None)
     seeded(path, 10, seed=31)
-    waiting, go = held_on_threads(monkeypatch, columnar_copy, "_failing_crc")
+    waiting, go = held_on_threads(monkeypatch, copy_file, "failing_columns")
 
     async def counted_meanwhile() -> int:
         catching_up = asyncio.ensure_future(counter.catch_up())
