@@ -33,6 +33,7 @@ from leasestar.config import Settings
 from leasestar.main import create_app
 from leasestar.tokens import create_token
 from tests.applicants.test_copy_file import flip_in_section
+from tests.applicants.test_direct_route import log_lines
 
 Client = AsyncTestClient  # type: ignore[type-arg]
 COUNTS_ROWS = re.compile(r"count\(\*\) FROM applicants")
@@ -442,11 +443,8 @@ async def test_a_damaged_column_is_answered_by_sqlite_while_the_copy_is_built_ag
     expected = direct_count(
         seeded_db, "WHERE property_id = ? AND integration_vendor = ?", (prop, vendor)
     )
-    said: list[str] = []
-    heard = logging.Handler(logging.WARNING)
-    heard.emit = lambda record: said.append(record.getMessage())  # type: ignore[method-assign]
-    logging.getLogger("leasestar.columnar_copy").addHandler(heard)
-    try:
+    with log_lines("leasestar.columnar_copy") as heard:
+        heard.setLevel(logging.WARNING)
         app = create_app(Settings(db_path=seeded_db, log_format="off"))
         async with AsyncTestClient(app=app) as client:
             client.headers["Authorization"] = f"Bearer {token}"
@@ -455,7 +453,5 @@ async def test_a_damaged_column_is_answered_by_sqlite_while_the_copy_is_built_ag
             assert await total(client, property_id=prop, integration_vendor=vendor) == expected
             await copy_read(client)  # built again
             assert await total(client, property_id=prop, integration_vendor=vendor) == expected
-    finally:
-        logging.getLogger("leasestar.columnar_copy").removeHandler(heard)
-    assert len(said) == 1, said
-    assert "its column integration_vendor is damaged" in said[0]
+    assert len(heard.lines) == 1, heard.lines
+    assert "its column integration_vendor is damaged" in heard.lines[0]
